@@ -1,0 +1,32 @@
+# Quick start: `make run` and `make test`. Both create .venv and install everything on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+RUN_GRAPH ?= data/graphs/resnet50.json.gz
+
+.PHONY: run test install graphs clean
+
+install: $(STAMP)
+
+# torch first and pinned (the CPU wheel on this machine's disk); torchvision at the release built
+# for that torch (its C++ ops cannot load beside the CPU torch; incsched works without them).
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torchvision==0.28.0
+	$(PY) -m pip install --quiet -e '.[models,test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/incsched graph info $(RUN_GRAPH)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+# Re-capture every shipped graph in data/graphs from the real models (random weights, offline).
+graphs: $(STAMP)
+	$(PY) scripts/capture_shipped_graphs.py --out data/graphs
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,578 @@
+"""`CompGraph`: the DAG of operations that every part of incsched reads.
+
+Capture, file formats and generators produce it; problems wrap it; solvers, evaluators and policies
+read its arrays. It is array-backed (numpy, read-only) and validated once, at construction, so that
+everything downstream may assume a well-formed acyclic graph with finite, non-negative costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .cost_model import DEFAULT_KIND, ROOFLINES, Roofline
+from .errors import CycleError, GraphError
+
+__all__ = ["CompGraph"]
+
+
+class CompGraph:
+    """A directed acyclic graph of operations with their costs.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Unique node names, in the order that node indices follow.
+    src, dst : sequence of str or of int
+        Edge endpoints, as node names or as indices into ``names``.
+    op : sequence of str, optional
+        Operation kind per node (``"conv2d"``, ``"linear"`` ...); default ``"op"``.
+    flops : sequence of float, optional
+        Floating-point operations per node; default 0.
+    param_bytes : sequence of int, optional
+        Bytes of weights that must live on the node's device; default 0.
+    out_bytes : sequence of int, optional
+        Bytes of the node's output tensor(s); default 0.
+    edge_bytes : sequence of int, optional
+        Bytes moved along each edge when its ends sit apart; default ``out_bytes[src]``.
+    compute_time : mapping of str to sequence of float, optional
+        Measured seconds per node, keyed by device kind (``"cpu"``, ``"cuda"``).
+    members : sequence of sequence of str, optional
+        For captured graphs: the torch.fx node names each node stands for (after coarsening).
+    name : str
+        A label for reports.
+    meta : mapping, optional
+        Provenance (model, batch size, capture method, library versions); JSON-serialisable.
+
+    Raises
+    ------
+    GraphError
+        On duplicate or non-string names, edges to unknown nodes, self-loops, duplicate edges,
+        negative / NaN / infinite / non-numeric costs, non-integral byte counts, wrong lengths.
+    CycleError
+        If the edges form a directed cycle; the message names the nodes on it.
+
+    Examples
+    --------
+    >>> g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], flops=[1, 2, 3], out_bytes=[4, 4, 0])
+    >>> g.n_nodes, g.n_edges, g.longest_path()[0]
+    (3, 2, 2.0)
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        src: Sequence[str] | Sequence[int] | np.ndarray,
+        dst: Sequence[str] | Sequence[int] | np.ndarray,
+        *,
+        op: Sequence[str] | None = None,
+        flops: Sequence[float] | np.ndarray | None = None,
+        param_bytes: Sequence[int] | np.ndarray | None = None,
+        out_bytes: Sequence[int] | np.ndarray | None = None,
+        edge_bytes: Sequence[int] | np.ndarray | None = None,
+        compute_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
+        members: Sequence[Sequence[str]] | None = None,
+        name: str = "graph",
+        meta: Mapping[str, Any] | None = None,
+    ):
+        self.names: tuple[str, ...] = _check_names(names)
+        n = len(self.names)
+        self._index = {nm: i for i, nm in enumerate(self.names)}
+        self.src, self.dst = self._edge_indices(src, dst)
+        m = len(self.src)
+
+        self.op: tuple[str, ...] = _check_strings("op", op, n, default="op", names=self.names)
+        self.flops = _check_costs("flops", flops, n, self.names, integral=False)
+        self.param_bytes = _check_costs("param_bytes", param_bytes, n, self.names, integral=True)
+        self.out_bytes = _check_costs("out_bytes", out_bytes, n, self.names, integral=True)
+        edge_labels = _EdgeLabels(self.names, self.src, self.dst)
+        if edge_bytes is None:
+            self.edge_bytes = _readonly(self.out_bytes[self.src].copy())
+        else:
+            self.edge_bytes = _check_costs("edge_bytes", edge_bytes, m, edge_labels, integral=True)
+        self.compute_time: dict[str, np.ndarray] = {}
+        for kind, times in (compute_time or {}).items():
+            if not isinstance(kind, str) or not kind:
+                raise GraphError(f"compute_time keys must be device-kind strings, got {kind!r}")
+            self.compute_time[kind] = _check_costs(f"compute_time[{kind!r}]", times, n, self.names, integral=False)
+        self.members: tuple[tuple[str, ...], ...] | None = None
+        if members is not None:
+            if len(members) != n:
+                raise GraphError(f"members has {len(members)} entries for {n} nodes")
+            self.members = tuple(tuple(str(x) for x in group) for group in members)
+        self.name = str(name)
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._check_simple_edges()
+        self._topo = self._topological_order()
+
+    # ------------------------------------------------------------------ construction checks
+
+    def _edge_indices(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
+        src_list, dst_list = list(src), list(dst)
+        if len(src_list) != len(dst_list):
+            raise GraphError(f"src has {len(src_list)} endpoints but dst has {len(dst_list)}")
+        ends = []
+        for role, ends_in in (("source", src_list), ("target", dst_list)):
+            if all(isinstance(x, str) for x in ends_in):
+                idx = [self._index.get(x, -1) for x in ends_in]
+                for k, i in enumerate(idx):
+                    if i < 0:
+                        raise GraphError(
+                            f"edge {k} ({src_list[k]!r} -> {dst_list[k]!r}) has unknown {role} node {ends_in[k]!r}"
+                        )
+                arr = np.asarray(idx, dtype=np.int64)
+            else:
+                try:
+                    arr = np.asarray(ends_in)
+                    if arr.size and (arr.dtype.kind not in "iu"):
+                        raise TypeError
+                    arr = arr.astype(np.int64)
+                except (TypeError, ValueError):
+                    raise GraphError(
+                        f"edge {role}s must be all node names or all integer indices, got {ends_in[:5]!r}..."
+                    ) from None
+                bad = np.flatnonzero((arr < 0) | (arr >= len(self.names)))
+                if bad.size:
+                    k = int(bad[0])
+                    raise GraphError(f"edge {k} has {role} index {int(arr[k])}, not a node (0..{len(self.names) - 1})")
+            ends.append(_readonly(arr.reshape(-1)))
+        return ends[0], ends[1]
+
+    def _check_simple_edges(self) -> None:
+        loops = np.flatnonzero(self.src == self.dst)
+        if loops.size:
+            k = int(loops[0])
+            raise GraphError(f"self-loop on node {self.names[self.src[k]]!r} (edge {k})")
+        key = self.src * max(len(self.names), 1) + self.dst
+        order = np.argsort(key, kind="stable")
+        same = np.flatnonzero(key[order][1:] == key[order][:-1])
+        if same.size:
+            a, b = int(order[same[0]]), int(order[same[0] + 1])
+            raise GraphError(
+                f"duplicate edge {self.names[self.src[a]]!r} -> {self.names[self.dst[a]]!r} (edges {a} and {b})"
+            )
+
+    def _topological_order(self) -> np.ndarray:
+        """Kahn's algorithm, first-in first-out from index order, so the order is deterministic."""
+        n = len(self.names)
+        indeg = np.bincount(self.dst, minlength=n).tolist()
+        ptr, nbr = self.succ_ptr.tolist(), self.succ_idx.tolist()
+        queue = [i for i in range(n) if indeg[i] == 0]
+        head = 0
+        while head < len(queue):
+            u = queue[head]
+            head += 1
+            for k in range(ptr[u], ptr[u + 1]):
+                v = nbr[k]
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    queue.append(v)
+        if len(queue) < n:
+            raise CycleError([self.names[i] for i in self._find_cycle(indeg)])
+        return _readonly(np.asarray(queue, dtype=np.int64))
+
+    def _find_cycle(self, indeg_left: list[int]) -> list[int]:
+        # Every node Kahn could not place has a predecessor it could not place either: walking
+        # such predecessors must revisit a node, and the walk between the two visits is a cycle.
+        left = [d > 0 for d in indeg_left]
+        ptr, nbr = self.pred_ptr.tolist(), self.pred_idx.tolist()
+        v = next(i for i, flag in enumerate(left) if flag)
+        seen: dict[int, int] = {}
+        walk: list[int] = []
+        while v not in seen:
+            seen[v] = len(walk)
+            walk.append(v)
+            v = next(nbr[k] for k in range(ptr[v], ptr[v + 1]) if left[nbr[k]])
+        return list(reversed(walk[seen[v]:]))
+
+    # ------------------------------------------------------------------ structure
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.names)
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.src)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"CompGraph({self.name!r}, nodes={self.n_nodes}, edges={self.n_edges})"
+
+    def index(self, name: str) -> int:
+        """Index of the node called ``name``."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise GraphError(f"no node named {name!r} in graph {self.name!r}") from None
+
+    @cached_property
+    def succ_ptr(self) -> np.ndarray:
+        return self._csr(self.src, self.dst)[0]
+
+    @cached_property
+    def succ_idx(self) -> np.ndarray:
+        return self._csr(self.src, self.dst)[1]
+
+    @cached_property
+    def succ_edge(self) -> np.ndarray:
+        """Edge ids in the order of ``succ_idx``."""
+        return self._csr(self.src, self.dst)[2]
+
+    @cached_property
+    def pred_ptr(self) -> np.ndarray:
+        return self._csr(self.dst, self.src)[0]
+
+    @cached_property
+    def pred_idx(self) -> np.ndarray:
+        return self._csr(self.dst, self.src)[1]
+
+    @cached_property
+    def pred_edge(self) -> np.ndarray:
+        """Edge ids in the order of ``pred_idx``."""
+        return self._csr(self.dst, self.src)[2]
+
+    def _csr(self, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = np.argsort(rows, kind="stable")
+        ptr = np.zeros(len(self.names) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(self.names)), out=ptr[1:])
+        return _readonly(ptr), _readonly(cols[order]), _readonly(order.astype(np.int64))
+
+    def successors(self, v: int) -> np.ndarray:
+        return self.succ_idx[self.succ_ptr[v] : self.succ_ptr[v + 1]]
+
+    def predecessors(self, v: int) -> np.ndarray:
+        return self.pred_idx[self.pred_ptr[v] : self.pred_ptr[v + 1]]
+
+    @property
+    def in_degree(self) -> np.ndarray:
+        return np.diff(self.pred_ptr)
+
+    @property
+    def out_degree(self) -> np.ndarray:
+        return np.diff(self.succ_ptr)
+
+    def topological_order(self) -> np.ndarray:
+        """Node indices in a deterministic topological order (Kahn, FIFO from index order)."""
+        return self._topo
+
+    @cached_property
+    def asap_level(self) -> np.ndarray:
+        """Earliest level of each node: edges on the longest path from any source to it."""
+        return _readonly(self._levels(reverse=False))
+
+    @cached_property
+    def alap_level(self) -> np.ndarray:
+        """Latest level of each node that keeps the graph's depth: depth - 1 - edges to a sink."""
+        if self.n_nodes == 0:
+            return _readonly(np.zeros(0, dtype=np.int64))
+        return _readonly(self.depth - 1 - self._levels(reverse=True))
+
+    @property
+    def depth(self) -> int:
+        """Number of ASAP levels (nodes on the longest path)."""
+        return int(self.asap_level.max()) + 1 if self.n_nodes else 0
+
+    def _levels(self, reverse: bool) -> np.ndarray:
+        order = self._topo[::-1] if reverse else self._topo
+        ptr, nbr = (self.succ_ptr, self.succ_idx) if reverse else (self.pred_ptr, self.pred_idx)
+        ptr_l, nbr_l = ptr.tolist(), nbr.tolist()
+        level = [0] * self.n_nodes
+        for v in order.tolist():
+            best = -1
+            for k in range(ptr_l[v], ptr_l[v + 1]):
+                lv = level[nbr_l[k]]
+                if lv > best:
+                    best = lv
+            level[v] = best + 1
+        return np.asarray(level, dtype=np.int64)
+
+    # ------------------------------------------------------------------ paths with costs
+
+    def top_level(self, node_weight=None, edge_weight=None) -> np.ndarray:
+        """Longest weighted path from any source to the start of each node (its own weight excluded)."""
+        return self._path_lengths(node_weight, edge_weight, reverse=False)[0]
+
+    def bottom_level(self, node_weight=None, edge_weight=None) -> np.ndarray:
+        """Longest weighted path from the start of each node to the end of any sink (own weight included)."""
+        return self._path_lengths(node_weight, edge_weight, reverse=True)[0]
+
+    def longest_path(self, node_weight=None, edge_weight=None) -> tuple[float, list[str]]:
+        """Length and node names of a longest path.
+
+        With no weights the length counts edges. ``node_weight`` and ``edge_weight`` are arrays (one
+        value per node / edge) whose sums along a path are maximised, e.g. compute times and
+        transfer times for a critical path.
+        """
+        if self.n_nodes == 0:
+            return 0.0, []
+        if node_weight is None and edge_weight is None:
+            edge_weight = np.ones(self.n_edges)
+        top, parent = self._path_lengths(node_weight, edge_weight, reverse=False)
+        w = self._node_weight(node_weight)
+        end = int(np.argmax(top + w))
+        path = [end]
+        while parent[path[-1]] >= 0:
+            path.append(int(parent[path[-1]]))
+        return float(top[end] + w[end]), [self.names[i] for i in reversed(path)]
+
+    def _node_weight(self, node_weight) -> np.ndarray:
+        if node_weight is None:
+            return np.zeros(self.n_nodes)
+        w = np.asarray(node_weight, dtype=np.float64)
+        if w.shape != (self.n_nodes,):
+            raise GraphError(f"node_weight has shape {w.shape}, expected ({self.n_nodes},)")
+        return w
+
+    def _path_lengths(self, node_weight, edge_weight, reverse: bool) -> tuple[np.ndarray, np.ndarray]:
+        w = self._node_weight(node_weight).tolist()
+        if edge_weight is None:
+            ew = [0.0] * self.n_edges
+        else:
+            ew_arr = np.asarray(edge_weight, dtype=np.float64)
+            if ew_arr.shape != (self.n_edges,):
+                raise GraphError(f"edge_weight has shape {ew_arr.shape}, expected ({self.n_edges},)")
+            ew = ew_arr.tolist()
+        if reverse:
+            order, ptr, nbr, eid = self._topo[::-1], self.succ_ptr, self.succ_idx, self.succ_edge
+        else:
+            order, ptr, nbr, eid = self._topo, self.pred_ptr, self.pred_idx, self.pred_edge
+        ptr_l, nbr_l, eid_l = ptr.tolist(), nbr.tolist(), eid.tolist()
+        dist = [0.0] * self.n_nodes
+        parent = [-1] * self.n_nodes
+        for v in order.tolist():
+            best, arg = 0.0, -1
+            for k in range(ptr_l[v], ptr_l[v + 1]):
+                u = nbr_l[k]
+                # forward: u is a predecessor, finished before v starts; reverse: u follows v.
+                cand = dist[u] + ew[eid_l[k]] + (w[u] if not reverse else 0.0)
+                if cand > best or arg < 0:
+                    best, arg = cand, u
+            dist[v] = best + (w[v] if reverse else 0.0)
+            parent[v] = arg
+        return np.asarray(dist), np.asarray(parent, dtype=np.int64)
+
+    # ------------------------------------------------------------------ costs
+
+    def time(self, kind: str = DEFAULT_KIND, roofline: Roofline | None = None) -> np.ndarray:
+        """Seconds per node on a device of ``kind``: measured where captured, else estimated.
+
+        The estimate is the roofline of `incsched.cost_model` over flops and the bytes each node
+        reads and writes (its inputs, parameters and output).
+        """
+        if kind in self.compute_time and roofline is None:
+            return self.compute_time[kind]
+        model = roofline or ROOFLINES.get(kind)
+        if model is None:
+            raise GraphError(f"no measured times for device kind {kind!r} and no roofline to estimate them")
+        in_bytes = np.bincount(self.dst, weights=self.edge_bytes, minlength=self.n_nodes)
+        return model.estimate(self.flops, in_bytes + self.param_bytes + self.out_bytes)
+
+    def summary(self) -> dict[str, Any]:
+        """Size, shape and cost totals, as shown by ``incsched graph info``."""
+        widest = int(np.bincount(self.asap_level).max()) if self.n_nodes else 0
+        return {
+            "name": self.name,
+            "nodes": self.n_nodes,
+            "edges": self.n_edges,
+            "sources": int((self.in_degree == 0).sum()),
+            "sinks": int((self.out_degree == 0).sum()),
+            "depth": self.depth,
+            "widest_level": widest,
+            "total_flops": float(self.flops.sum()),
+            "total_param_bytes": int(self.param_bytes.sum()),
+            "total_out_bytes": int(self.out_bytes.sum()),
+            "total_edge_bytes": int(self.edge_bytes.sum()),
+            "measured_time_s": {k: float(v.sum()) for k, v in sorted(self.compute_time.items())},
+            "op_kinds": len(set(self.op)),
+        }
+
+    # ------------------------------------------------------------------ copies and comparison
+
+    def replace(self, **changes: Any) -> CompGraph:
+        """A new graph with some fields replaced (the graph itself is immutable)."""
+        fields = {
+            "names": self.names,
+            "src": self.src,
+            "dst": self.dst,
+            "op": self.op,
+            "flops": self.flops,
+            "param_bytes": self.param_bytes,
+            "out_bytes": self.out_bytes,
+            "edge_bytes": self.edge_bytes,
+            "compute_time": self.compute_time,
+            "members": self.members,
+            "name": self.name,
+            "meta": self.meta,
+        }
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"CompGraph has no field(s) {sorted(unknown)}")
+        fields.update(changes)
+        return CompGraph(fields.pop("names"), fields.pop("src"), fields.pop("dst"), **fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CompGraph):
+            return NotImplemented
+        return (
+            self.names == other.names
+            and self.op == other.op
+            and self.name == other.name
+            and self.members == other.members
+            and self.meta == other.meta
+            and self.compute_time.keys() == other.compute_time.keys()
+            and all(
+                np.array_equal(getattr(self, f), getattr(other, f))
+                for f in ("src", "dst", "flops", "param_bytes", "out_bytes", "edge_bytes")
+            )
+            and all(np.array_equal(v, other.compute_time[k]) for k, v in self.compute_time.items())
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ networkx
+
+    def to_networkx(self):
+        """A ``networkx.DiGraph`` with node and edge attributes named as here."""
+        import networkx as nx
+
+        g = nx.DiGraph(name=self.name, **({"meta": self.meta} if self.meta else {}))
+        for i, nm in enumerate(self.names):
+            attrs = {
+                "op": self.op[i],
+                "flops": float(self.flops[i]),
+                "param_bytes": int(self.param_bytes[i]),
+                "out_bytes": int(self.out_bytes[i]),
+            }
+            if self.compute_time:
+                attrs["compute_time"] = {k: float(v[i]) for k, v in self.compute_time.items()}
+            if self.members is not None:
+                attrs["members"] = list(self.members[i])
+            g.add_node(nm, **attrs)
+        for k in range(self.n_edges):
+            g.add_edge(self.names[self.src[k]], self.names[self.dst[k]], bytes=int(self.edge_bytes[k]))
+        return g
+
+    @classmethod
+    def from_networkx(cls, g, *, name: str | None = None) -> CompGraph:
+        """Build from a ``networkx.DiGraph``; attributes as in `to_networkx`, missing ones default.
+
+        Node keys become names through ``str``; an edge without ``bytes`` carries its source's
+        ``out_bytes``.
+        """
+        if not g.is_directed():
+            raise GraphError("a computation graph must be a directed graph")
+        nodes = list(g.nodes)
+        names = [str(v) for v in nodes]
+        data = [g.nodes[v] for v in nodes]
+        kinds = sorted({k for d in data for k in (d.get("compute_time") or {})})
+        compute_time = {}
+        for kind in kinds:
+            missing = [names[i] for i, d in enumerate(data) if kind not in (d.get("compute_time") or {})]
+            if missing:
+                raise GraphError(f"compute_time[{kind!r}] is missing on node {missing[0]!r}")
+            compute_time[kind] = [d["compute_time"][kind] for d in data]
+        has_members = any("members" in d for d in data)
+        out_bytes = [d.get("out_bytes", 0) for d in data]
+        pos = {v: i for i, v in enumerate(nodes)}
+        edges = list(g.edges(data=True))
+        src = [pos[u] for u, _, _ in edges]
+        dst = [pos[v] for _, v, _ in edges]
+        edge_bytes = [d.get("bytes", out_bytes[pos[u]]) for u, _, d in edges]
+        return cls(
+            names,
+            np.asarray(src, dtype=np.int64),
+            np.asarray(dst, dtype=np.int64),
+            op=[d.get("op", "op") for d in data],
+            flops=[d.get("flops", 0.0) for d in data],
+            param_bytes=[d.get("param_bytes", 0) for d in data],
+            out_bytes=out_bytes,
+            edge_bytes=edge_bytes,
+            compute_time=compute_time,
+            members=[d.get("members", []) for d in data] if has_members else None,
+            name=name if name is not None else str(g.graph.get("name") or "graph"),
+            meta=g.graph.get("meta"),
+        )
+
+
+# ---------------------------------------------------------------------- validation helpers
+
+
+class _EdgeLabels:
+    """Lazily names edge k as 'u -> v' for error messages without building m strings up front."""
+
+    def __init__(self, names, src, dst):
+        self.names, self.src, self.dst = names, src, dst
+
+    def __getitem__(self, k: int) -> str:
+        return f"{self.names[self.src[k]]} -> {self.names[self.dst[k]]}"
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def _check_names(names: Iterable[str]) -> tuple[str, ...]:
+    names = tuple(names)
+    seen: dict[str, int] = {}
+    for i, nm in enumerate(names):
+        if not isinstance(nm, str):
+            raise GraphError(f"node {i} has a name of type {type(nm).__name__} ({nm!r}); names must be strings")
+        if not nm:
+            raise GraphError(f"node {i} has an empty name")
+        if nm in seen:
+            raise GraphError(f"duplicate node name {nm!r} (nodes {seen[nm]} and {i})")
+        seen[nm] = i
+    return names
+
+
+def _check_strings(field: str, values, n: int, default: str, names) -> tuple[str, ...]:
+    if values is None:
+        return (default,) * n
+    values = tuple(values)
+    if len(values) != n:
+        raise GraphError(f"{field} has {len(values)} entries for {n} nodes")
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise GraphError(f"{field} of node {names[i]!r} must be a string, got {type(v).__name__} ({v!r})")
+    return values
+
+
+def _check_costs(field: str, values, n: int, labels, integral: bool) -> np.ndarray:
+    if values is None:
+        return _readonly(np.zeros(n, dtype=np.int64 if integral else np.float64))
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
+        arr = values.astype(np.float64)
+    else:
+        seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        for i, v in enumerate(seq):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise GraphError(f"{field} of {_label(labels, i)} must be a number, got {type(v).__name__} ({v!r})")
+        arr = np.asarray(seq, dtype=np.float64)
+    if arr.shape != (n,):
+        raise GraphError(f"{field} has {arr.size} entries, expected {n}")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise GraphError(f"{field} of {_label(labels, i)} is {float(arr[i])}; costs must be finite and non-negative")
+    if integral:
+        frac = np.flatnonzero(arr != np.floor(arr))
+        if frac.size:
+            i = int(frac[0])
+            raise GraphError(f"{field} of {_label(labels, i)} is {float(arr[i])}; byte counts must be whole numbers")
+        if arr.size and arr.max() >= 2.0**62:
+            raise GraphError(f"{field} has a value of {arr.max():.3g}, too large for a byte count")
+        return _readonly(arr.astype(np.int64))
+    return _readonly(arr)
+
+
+def _label(labels, i: int) -> str:
+    if isinstance(labels, _EdgeLabels):
+        return f"edge {i} ({labels[i]})"
+    return f"node {labels[i]!r}"
