@@ -1,0 +1,99 @@
+"""The command line is a thin caller: each command runs end to end on real files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from incsched import CompGraph, load_graph, save_graph
+from incsched.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def small_graph_file(tmp_path):
+    g = CompGraph(
+        ["x", "conv", "relu", "fc"],
+        ["x", "conv", "relu"],
+        ["conv", "relu", "fc"],
+        op=["input", "conv2d", "relu", "linear"],
+        flops=[0, 2e9, 1e6, 4e6],
+        param_bytes=[0, 4096, 0, 8192],
+        out_bytes=[600, 800, 800, 40],
+        name="tiny",
+    )
+    path = tmp_path / "tiny.json.gz"
+    save_graph(g, path)
+    return g, path
+
+
+def test_info_prints_summary(small_graph_file, capsys):
+    _, path = small_graph_file
+    assert main(["graph", "info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "nodes             4" in out or "nodes  " in out
+    assert "depth (levels)" in out and "2.005 GFLOP" in out
+
+
+def test_info_json_matches_library_summary(small_graph_file, capsys):
+    g, path = small_graph_file
+    assert main(["graph", "info", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == g.summary()
+
+
+def test_info_reports_malformed_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "incsched.graph", ')
+    assert main(["graph", "info", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.json" in err and "malformed JSON" in err
+
+
+def test_info_reports_cycle(tmp_path, capsys):
+    path = tmp_path / "cyc.json"
+    path.write_text(
+        json.dumps(
+            {
+                "format": "incsched.graph",
+                "version": 1,
+                "name": "cyc",
+                "nodes": {"name": ["a", "b"]},
+                "edges": {"src": ["a", "b"], "dst": ["b", "a"]},
+            }
+        )
+    )
+    assert main(["graph", "info", str(path)]) == 1
+    assert "cycle" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".json", ".gml"])
+def test_convert_round_trip(small_graph_file, tmp_path, suffix):
+    g, path = small_graph_file
+    out = tmp_path / f"out{suffix}"
+    assert main(["graph", "convert", str(path), str(out)]) == 0
+    back = load_graph(out)
+    assert back.names == g.names
+    assert (back.param_bytes == g.param_bytes).all()
+    assert (back.edge_bytes == g.edge_bytes).all()
+
+
+def test_convert_csv_round_trip(small_graph_file, tmp_path):
+    g, path = small_graph_file
+    nodes, edges = tmp_path / "n.csv", tmp_path / "e.csv"
+    assert main(["graph", "convert", str(path), str(nodes), "--out-edges", str(edges)]) == 0
+    back_path = tmp_path / "back.json"
+    assert main(["graph", "convert", str(nodes), str(back_path), "--edges", str(edges)]) == 0
+    back = load_graph(back_path)
+    assert back.names == g.names and back.op == g.op
+    assert (back.flops == g.flops).all() and (back.out_bytes == g.out_bytes).all()
+
+
+def test_shipped_graph_info(capsys):
+    shipped = sorted((REPO / "data" / "graphs").glob("*.json.gz"))
+    if not shipped:
+        pytest.skip("no shipped graphs")
+    assert main(["graph", "info", str(shipped[0])]) == 0
+    assert "total parameters" in capsys.readouterr().out
