@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _read_graph(path: str, edges: str | None):
-    if path.endswith(".csv"):
+    if path.endswith(".csv"):  # a node table; its edge table comes with --edges
         from .formats.csv_tables import read_csv_tables
 
         if not edges:
@@ -153,7 +153,7 @@ def _graph_convert(args) -> int:
         if not args.out_edges:
             raise IncschedError(f"{out}: writing a CSV node table needs --out-edges EDGES.csv for its edge table")
         write_csv_tables(graph, out, args.out_edges)
-    elif out.endswith(".gml"):
+    elif out.endswith((".gml", ".gml.gz")):
         from .formats.gml import write_gml
 
         write_gml(graph, out)

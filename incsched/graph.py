@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -93,7 +94,7 @@ class CompGraph:
             self.edge_bytes = _readonly(self.out_bytes[self.src].copy())
         else:
             self.edge_bytes = _check_costs("edge_bytes", edge_bytes, m, edge_labels, integral=True)
-        self.compute_time: dict[str, np.ndarray] = {}
+        self.compute_time: Mapping[str, np.ndarray] = {}
         for kind, times in (compute_time or {}).items():
             if not isinstance(kind, str) or not kind:
                 raise GraphError(f"compute_time keys must be device-kind strings, got {kind!r}")
@@ -102,9 +103,13 @@ class CompGraph:
         if members is not None:
             if len(members) != n:
                 raise GraphError(f"members has {len(members)} entries for {n} nodes")
-            self.members = tuple(tuple(str(x) for x in group) for group in members)
+            for i, group in enumerate(members):
+                if isinstance(group, (str, bytes)) or not all(isinstance(x, str) for x in group):
+                    raise GraphError(f"members of node {self.names[i]!r} must be a list of fx node names, got {group!r}")
+            self.members = tuple(tuple(group) for group in members)
+        self.compute_time = MappingProxyType(self.compute_time)  # read-only view: graphs are immutable
         self.name = str(name)
-        self.meta: dict[str, Any] = dict(meta or {})
+        self.meta: Mapping[str, Any] = MappingProxyType(dict(meta or {}))
         self._check_simple_edges()
         self._topo = self._topological_order()
 
@@ -327,6 +332,7 @@ class CompGraph:
         w = np.asarray(node_weight, dtype=np.float64)
         if w.shape != (self.n_nodes,):
             raise GraphError(f"node_weight has shape {w.shape}, expected ({self.n_nodes},)")
+        _check_weights("node_weight", w)
         return w
 
     def _path_lengths(self, node_weight, edge_weight, reverse: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -337,6 +343,7 @@ class CompGraph:
             ew_arr = np.asarray(edge_weight, dtype=np.float64)
             if ew_arr.shape != (self.n_edges,):
                 raise GraphError(f"edge_weight has shape {ew_arr.shape}, expected ({self.n_edges},)")
+            _check_weights("edge_weight", ew_arr)
             ew = ew_arr.tolist()
         if reverse:
             order, ptr, nbr, eid = self._topo[::-1], self.succ_ptr, self.succ_idx, self.succ_edge
@@ -441,7 +448,7 @@ class CompGraph:
         """A ``networkx.DiGraph`` with node and edge attributes named as here."""
         import networkx as nx
 
-        g = nx.DiGraph(name=self.name, **({"meta": self.meta} if self.meta else {}))
+        g = nx.DiGraph(name=self.name, **({"meta": dict(self.meta)} if self.meta else {}))
         for i, nm in enumerate(self.names):
             attrs = {
                 "op": self.op[i],
@@ -463,7 +470,8 @@ class CompGraph:
         """Build from a ``networkx.DiGraph``; attributes as in `to_networkx`, missing ones default.
 
         Node keys become names through ``str``; an edge without ``bytes`` carries its source's
-        ``out_bytes``.
+        ``out_bytes``. Edges are numbered in networkx's order (grouped by source node), so a round
+        trip through networkx gives an equal graph up to the order of its edges.
         """
         if not g.is_directed():
             raise GraphError("a computation graph must be a directed graph")
@@ -518,6 +526,12 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _check_weights(field: str, w: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+    if bad.size:
+        raise GraphError(f"{field}[{int(bad[0])}] is {float(w[bad[0]])}; path weights must be finite and non-negative")
+
+
 def _check_names(names: Iterable[str]) -> tuple[str, ...]:
     names = tuple(names)
     seen: dict[str, int] = {}
@@ -548,15 +562,31 @@ def _check_costs(field: str, values, n: int, labels, integral: bool) -> np.ndarr
     if values is None:
         return _readonly(np.zeros(n, dtype=np.int64 if integral else np.float64))
     if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
-        arr = values.astype(np.float64)
+        arr = values.reshape(-1)
     else:
         seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
         for i, v in enumerate(seq):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
                 raise GraphError(f"{field} of {_label(labels, i)} must be a number, got {type(v).__name__} ({v!r})")
-        arr = np.asarray(seq, dtype=np.float64)
+        # Whole numbers stay integers: bytes above 2**53 must not pass through float64.
+        all_int = integral and all(isinstance(v, (int, np.integer)) for v in seq)
+        try:
+            arr = np.asarray(seq, dtype=np.int64 if all_int else np.float64)
+        except OverflowError:
+            raise GraphError(f"{field} has a value too large for a 64-bit byte count") from None
     if arr.shape != (n,):
         raise GraphError(f"{field} has {arr.size} entries, expected {n}")
+    if arr.dtype.kind in "iu":
+        bad = np.flatnonzero(arr < 0)
+        if bad.size:
+            i = int(bad[0])
+            raise GraphError(f"{field} of {_label(labels, i)} is {int(arr[i])}; costs must be non-negative")
+        if integral:
+            if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:
+                raise GraphError(f"{field} has a value too large for a 64-bit byte count")
+            return _readonly(arr.astype(np.int64))
+        return _readonly(arr.astype(np.float64))
+    arr = arr.astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
     if bad.size:
         i = int(bad[0])
@@ -566,8 +596,8 @@ def _check_costs(field: str, values, n: int, labels, integral: bool) -> np.ndarr
         if frac.size:
             i = int(frac[0])
             raise GraphError(f"{field} of {_label(labels, i)} is {float(arr[i])}; byte counts must be whole numbers")
-        if arr.size and arr.max() >= 2.0**62:
-            raise GraphError(f"{field} has a value of {arr.max():.3g}, too large for a byte count")
+        if arr.size and arr.max() >= 2.0**63:
+            raise GraphError(f"{field} has a value of {arr.max():.3g}, too large for a 64-bit byte count")
         return _readonly(arr.astype(np.int64))
     return _readonly(arr)
 

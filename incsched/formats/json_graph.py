@@ -38,7 +38,7 @@ def graph_to_dict(graph: CompGraph) -> dict[str, Any]:
         "format": FORMAT,
         "version": VERSION,
         "name": graph.name,
-        "meta": graph.meta,
+        "meta": dict(graph.meta),
         "nodes": nodes,
         "edges": {
             "src": [names[i] for i in graph.src.tolist()],
