@@ -1,0 +1,177 @@
+"""Capture: the first arrow of the pipeline, from a real ``torch.nn.Module`` to a `CompGraph`.
+
+trace (torch.export or torch.fx) -> profile every fx node (FLOPs, output bytes, measured time)
+-> assemble one graph node per operation (weights folded into their consumers) -> coarsen.
+`Capture` keeps the fx graph module beside the graph so a placement can later be executed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..coarsen import coarsen as apply_coarsening
+from ..coarsen import parse_coarsening
+from ..errors import CaptureError
+from ..graph import CompGraph
+from .assemble import assemble, describe_params
+from .profile import profile_nodes
+from .trace import trace
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Capture", "capture", "from_module"]
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A captured model: its graph and what is needed to run a placement of it.
+
+    Attributes
+    ----------
+    graph : CompGraph
+        The (coarsened) computation graph; ``graph.members[v]`` are fx node names of
+        ``graph_module``.
+    graph_module : torch.fx.GraphModule
+        The traced model the members refer to (on the capture device).
+    example_inputs : tuple
+        The flat values fed to ``graph_module``'s placeholders, in order.
+    module_paths : dict of str to str
+        Module path (``"layer1.0.conv1"``) of every fx placeholder and call node.
+    node_of : dict of str to str
+        The graph node that holds each fx node: every member, and every get_attr node (the node
+        charged with its weight).
+    method : str
+        ``"export"`` or ``"fx"``.
+    """
+
+    graph: CompGraph
+    graph_module: torch.fx.GraphModule
+    example_inputs: tuple[Any, ...]
+    module_paths: dict[str, str] = field(default_factory=dict)
+    node_of: dict[str, str] = field(default_factory=dict)
+    method: str = "export"
+
+    def scopes(self) -> list[str]:
+        """Module path per graph node (that of the member it is named after), for `group_by_module`."""
+        return [self.module_paths.get(nm, "") for nm in self.graph.names]
+
+
+def capture(
+    model: torch.nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    method: str = "export",
+    coarsen: str = "trivial",
+    measure: bool = False,
+    device: str | torch.device = "cpu",
+    repeats: int = 5,
+    warmup: int = 2,
+    name: str | None = None,
+) -> Capture:
+    """Capture ``model`` called on ``example_inputs`` as a computation graph.
+
+    Per node: ``flops`` from ``FlopCounterMode``; ``out_bytes`` from the real output tensors;
+    ``param_bytes`` from the parameters and buffers it reads (a weight read by several nodes is
+    charged once, to the first, and listed in ``meta["shared_params"]``; weights no node reads are
+    charged to the reader of their module's other weights and listed in ``meta["unread_params"]``);
+    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model; put it in eval mode first (dropout and batch-norm updates are otherwise traced).
+    example_inputs : sequence
+        Positional arguments of one forward call.
+    method : {"export", "fx"}
+        ``torch.export.export`` (ATen ops, works for transformers) or ``torch.fx.symbolic_trace``.
+    coarsen : str
+        ``"none"``, ``"trivial"`` (fold views and other free ops), ``"chains"`` or
+        ``"module:<depth>"``; see `incsched.coarsen`.
+    measure : bool
+        Time every node on ``device``. On CUDA each node is synchronised, which inflates times at
+        small batch sizes (launch-bound); treat them as upper bounds.
+    device : str or torch.device
+        Where profiling runs; the traced graph module is moved there.
+    repeats, warmup : int
+        Timed runs per node (median taken) and untimed warm-up runs.
+    name : str, optional
+        Model name for the graph and errors; default the model's class name.
+
+    Returns
+    -------
+    Capture
+
+    Raises
+    ------
+    CaptureError
+        If the model cannot be traced or run, naming the model and the cause.
+    GraphError
+        For an unknown ``coarsen`` value.
+    """
+    name = name or type(model).__name__
+    parse_coarsening(coarsen)  # reject a bad name before the expensive part
+    start = time.perf_counter()
+    traced = trace(model, example_inputs, method=method, name=name)
+    try:
+        profile = profile_nodes(
+            traced.graph_module, traced.flat_inputs, measure=measure, device=device, repeats=repeats, warmup=warmup
+        )
+    except Exception as err:  # the traced graph failed to run: report it as a capture failure
+        raise CaptureError(f"{name}: running the traced graph failed: {type(err).__name__}: {err}") from err
+    asm = assemble(traced.graph_module, profile, name=name)
+    graph = apply_coarsening(asm.graph, coarsen, scopes=[asm.module_paths[nm] for nm in asm.graph.names])
+
+    node_of = {m: graph.names[v] for v, group in enumerate(graph.members or ()) for m in group}
+    node_of.update({attr: node_of[owner] for attr, owner in asm.attr_owner.items()})
+    tensors = [x for x in traced.flat_inputs if isinstance(x, torch.Tensor)]
+    meta = dict(graph.meta)
+    meta.update(
+        {
+            "model": name,
+            "input_shapes": [list(x.shape) for x in tensors],
+            "input_dtypes": [str(x.dtype).replace("torch.", "") for x in tensors],
+            "batch_size": int(tensors[0].shape[0]) if tensors and tensors[0].dim() else None,
+            "method": method,
+            "coarsening": list(graph.meta.get("coarsening", [])),  # steps applied, as `quotient` records them
+            "fx_nodes": asm.graph.n_nodes,
+            "torch_version": torch.__version__.split("+")[0],
+            "measured": _measurement_conditions(device, repeats, warmup) if measure else None,
+            "param_count": sum(p.numel() for p in model.parameters()),
+            "constant_bytes": asm.constant_bytes,
+            **describe_params(asm.params, node_of),
+            "capture_seconds": round(time.perf_counter() - start, 3),
+        }
+    )
+    graph = graph.replace(meta=meta)
+    log.info("captured %s: %d fx nodes -> %d nodes (%s)", name, asm.graph.n_nodes, graph.n_nodes, coarsen)
+    return Capture(
+        graph=graph,
+        graph_module=traced.graph_module,
+        example_inputs=traced.flat_inputs,
+        module_paths=asm.module_paths,
+        node_of=node_of,
+        method=method,
+    )
+
+
+def _measurement_conditions(device: str | torch.device, repeats: int, warmup: int) -> dict[str, Any]:
+    # Per-node CPU times are only as good as the machine was quiet: keep the load beside them.
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not available on every platform
+        load = None
+    threads = torch.get_num_threads()
+    return {"device": str(device), "repeats": repeats, "warmup": warmup, "threads": threads, "load_average": load}
+
+
+def from_module(model: torch.nn.Module, example_inputs: Sequence[Any], **kwargs: Any) -> CompGraph:
+    """The graph of ``capture(model, example_inputs, **kwargs)``; see `capture` for the arguments."""
+    return capture(model, example_inputs, **kwargs).graph
