@@ -22,6 +22,8 @@ def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
     p = solver.parameters
     p.random_seed = settings.seed
     p.log_search_progress = settings.log_search
+    if settings.probing_level is not None:
+        p.cp_model_probing_level = settings.probing_level
     if settings.deterministic:
         # Only one worker under a deterministic-time budget is reproducible across machines.
         p.num_workers = 1

@@ -1,0 +1,266 @@
+"""Heuristic pre-schedulers for the stage problem: the incumbents the exact solver starts from.
+
+Each has the pre-scheduler interface ``preschedule(problem, seed=0) -> stages`` (one stage per node,
+always precedence-feasible) shared with the RL policy, so `solve()` and the benchmarks can swap
+them freely. They are the published baselines: level-based splits, DeepSpeed's contiguous
+``parameters`` partitioner, and a PipeDream-style dynamic program over contiguous runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..evaluate.stage import evaluate_stages
+from ..graph import CompGraph
+from ..problems.stage import StageProblem
+
+__all__ = ["asap", "alap", "contiguous_params", "contiguous_compute", "pipedream_dp", "STAGE_BASELINES", "best_baseline"]
+
+
+def asap(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """Each node's ASAP level scaled onto K stages: ``stage = level * K // depth``.
+
+    Levels rise strictly along every edge and the scaling is monotone, so precedence holds.
+    ``seed`` is accepted for the common interface; the result does not depend on it.
+    """
+    return _scale_levels(problem.graph.asap_level, problem.graph.depth, problem.n_stages)
+
+
+def alap(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """Each node's ALAP level scaled onto K stages (see `asap`)."""
+    return _scale_levels(problem.graph.alap_level, problem.graph.depth, problem.n_stages)
+
+
+def contiguous_params(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """DeepSpeed's ``parameters`` partitioner: one topological order cut into K contiguous runs.
+
+    The cut minimises the largest run's parameter bytes (binary search on that bottleneck with a
+    greedy fill), so on a chain, whose topological order is unique, it is optimal for ``mem_peak``.
+    """
+    g = problem.graph
+    order = g.topological_order()
+    load = np.repeat(g.param_bytes[order][:, None], problem.n_stages, axis=1)
+    return _positions_to_stages(order, _balanced_cuts(load))
+
+
+def contiguous_compute(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """One topological order cut into K contiguous runs of balanced compute time.
+
+    Stage speeds are honoured: the largest run time on its stage (in ticks) is minimised.
+    """
+    order = problem.graph.topological_order()
+    return _positions_to_stages(order, _balanced_cuts(problem.node_ticks[order]))
+
+
+def pipedream_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """A dynamic program over contiguous runs of a topological order, minimising the objective.
+
+    Over a fixed order, ``comm_total`` and ``spill`` add up run by run (a cut costs the units of the
+    edges across it), while ``mem_peak`` and ``compute_peak`` are maxima. So for each of a few caps
+    on run memory and run time (the best contiguous bottleneck and slightly looser ones), the DP
+    finds the cuts of least ``comm_total`` + ``spill`` within the caps (and the hard capacity); the
+    candidate with the best evaluated objective wins. Two orders are tried: Kahn's breadth-first
+    order and a depth-first one, which keeps branches together and so crosses fewer edges.
+    ``comm_peak`` is only evaluated, not optimised.
+    """
+    g, K = problem.graph, problem.n_stages
+    if K == 1 or g.n_nodes == 0:
+        return np.zeros(g.n_nodes, dtype=np.int64)
+    w = problem.weights
+    best, best_key = None, None
+    for order in (g.topological_order(), _depth_first_order(g)):
+        mem = np.repeat(g.param_bytes[order][:, None], K, axis=1)
+        ticks = problem.node_ticks[order]
+        mem_caps = [None]
+        if w.mem_peak > 0:
+            b = _bottleneck(mem)
+            mem_caps = [b + (b * f) // 1000 for f in (0, 2, 5, 10, 20, 50, 100, 200)] + [None]
+        time_caps = [None]
+        if w.compute_peak > 0:
+            b = _bottleneck(ticks)
+            time_caps = [b + (b * f) // 1000 for f in (0, 10, 50, 200)] + [None]
+        for mem_cap in mem_caps:
+            for time_cap in time_caps:
+                cuts = _dp_cuts(problem, order, mem, ticks, mem_cap, time_cap)
+                if cuts is None:
+                    continue
+                stages = _positions_to_stages(order, cuts)
+                ev = evaluate_stages(problem, stages)
+                key = (not ev.feasible, ev.objective)
+                if best_key is None or key < best_key:
+                    best, best_key = stages, key
+    if best is None:  # no contiguous split meets the hard capacity: hand back the memory-balanced one
+        return contiguous_params(problem, seed)
+    return best
+
+
+#: Every stage pre-scheduler by name, for `solve()`, the CLI and the benchmarks.
+STAGE_BASELINES: dict[str, Callable[[StageProblem, int], np.ndarray]] = {
+    "asap": asap,
+    "alap": alap,
+    "contiguous_params": contiguous_params,
+    "contiguous_compute": contiguous_compute,
+    "pipedream_dp": pipedream_dp,
+}
+
+
+def best_baseline(problem: StageProblem, seed: int = 0) -> tuple[str, np.ndarray]:
+    """Run every baseline and return the name and stages of the best (feasible first, then objective)."""
+    best = None
+    for name, fn in STAGE_BASELINES.items():
+        stages = fn(problem, seed)
+        ev = evaluate_stages(problem, stages)
+        key = (not ev.feasible, ev.objective)
+        if best is None or key < best[0]:
+            best = (key, name, stages)
+    return best[1], best[2]
+
+
+# ---------------------------------------------------------------------- building blocks
+
+
+def _scale_levels(level: np.ndarray, depth: int, K: int) -> np.ndarray:
+    if depth == 0:
+        return np.zeros(0, dtype=np.int64)
+    return (np.asarray(level, dtype=np.int64) * K) // depth
+
+
+def _positions_to_stages(order: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+    """Stages from K+1 cut positions over ``order`` (run k is order[cuts[k]:cuts[k+1]])."""
+    n = len(order)
+    stage_at = np.searchsorted(np.asarray(cuts[1:-1]), np.arange(n), side="right")
+    stages = np.empty(n, dtype=np.int64)
+    stages[order] = stage_at
+    return stages
+
+
+def _depth_first_order(g: CompGraph) -> np.ndarray:
+    """A topological order that finishes a branch before starting the next (Kahn with a stack)."""
+    indeg = g.in_degree.tolist()
+    ptr, nbr = g.succ_ptr.tolist(), g.succ_idx.tolist()
+    stack = [v for v in range(g.n_nodes - 1, -1, -1) if indeg[v] == 0]
+    order = []
+    while stack:
+        u = stack.pop()
+        order.append(u)
+        for k in range(ptr[u + 1] - 1, ptr[u] - 1, -1):
+            v = nbr[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                stack.append(v)
+    return np.asarray(order, dtype=np.int64)
+
+
+def _prefix(load: np.ndarray) -> np.ndarray:
+    """Prefix sums per stage column, shape (n+1, K)."""
+    out = np.zeros((load.shape[0] + 1, load.shape[1]), dtype=np.int64)
+    np.cumsum(load, axis=0, out=out[1:])
+    return out
+
+
+def _greedy_cuts(prefix: np.ndarray, cap: int) -> np.ndarray | None:
+    """Fill stages in order, each as far as ``cap`` allows; None if K stages cannot hold everything.
+
+    Taking the longest prefix for each stage leaves the shortest suffix, and whether a suffix fits
+    in the remaining stages is monotone in its length, so this decides feasibility exactly.
+    """
+    n, K = prefix.shape[0] - 1, prefix.shape[1]
+    cuts = [0]
+    for k in range(K):
+        i = cuts[-1]
+        end = int(np.searchsorted(prefix[:, k], prefix[i, k] + cap, side="right")) - 1
+        cuts.append(max(end, i) if k < K - 1 else n)
+    ok = all(prefix[cuts[k + 1], k] - prefix[cuts[k], k] <= cap for k in range(K))
+    return np.asarray(cuts, dtype=np.int64) if ok else None
+
+
+def _bottleneck(load: np.ndarray) -> int:
+    """Least cap at which the order splits into K contiguous runs (binary search on integers)."""
+    prefix = _prefix(load)
+    lo, hi = int(load.max(initial=0)), int(prefix[-1].max())
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _greedy_cuts(prefix, mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _balanced_cuts(load: np.ndarray) -> np.ndarray:
+    return _greedy_cuts(_prefix(load), _bottleneck(load))
+
+
+def _dp_cuts(problem: StageProblem, order, mem, ticks, mem_cap, time_cap) -> np.ndarray | None:
+    """Cuts of least ``comm_total`` + ``spill`` cost with every run within the caps; None if none fit."""
+    K, n = problem.n_stages, len(order)
+    g, w = problem.graph, problem.weights
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    # cross[j]: communication units over a cut before position j (edges with pos_u < j <= pos_v).
+    diff = np.zeros(n + 2, dtype=np.int64)
+    np.add.at(diff, pos[g.src] + 1, problem.edge_comm)
+    np.add.at(diff, pos[g.dst] + 1, -problem.edge_comm)
+    cross = np.cumsum(diff)[: n + 1].astype(np.float64)
+    pm, pt = _prefix(mem)[:, 0], _prefix(ticks)
+    cap = problem.capacity_array()
+    spill_cap = None if problem.spill_capacity is None or w.spill == 0 else np.asarray(problem.spill_capacity)
+    idx = np.arange(n + 1)
+
+    def first_start(k: int) -> np.ndarray:
+        # The earliest start j of a run ending at i that stays within stage k's caps.
+        j = np.zeros(n + 1, dtype=np.int64)
+        limits = [c for c in (mem_cap, None if cap is None else int(cap[k])) if c is not None]
+        for c in limits:
+            j = np.maximum(j, np.searchsorted(pm, pm - c, side="left"))
+        if time_cap is not None:
+            j = np.maximum(j, np.searchsorted(pt[:, k], pt[:, k] - time_cap, side="left"))
+        return j
+
+    inf = np.inf
+    f = np.where(first_start(0) == 0, 0.0, inf)
+    if spill_cap is not None:
+        f = f + w.spill * np.maximum(pm - spill_cap[0], 0)
+    back = np.zeros((K, n + 1), dtype=np.int64)
+    for k in range(1, K):
+        enter = f + w.comm_total * cross  # cost so far plus the cut opening stage k at position j
+        jmin = first_start(k)
+        if spill_cap is None:
+            f = _window_min(enter, jmin, back[k])
+            continue
+        nf = np.full(n + 1, inf)
+        for i in range(n + 1):
+            js = idx[jmin[i] : i + 1]
+            cand = enter[js] + w.spill * np.maximum(pm[i] - pm[js] - spill_cap[k], 0)
+            a = int(np.argmin(cand))
+            nf[i], back[k, i] = cand[a], js[a]
+        f = nf
+    if not np.isfinite(f[n]):
+        return None
+    cuts = [n]
+    for k in range(K - 1, 0, -1):
+        cuts.append(int(back[k, cuts[-1]]))
+    cuts.append(0)
+    return np.asarray(cuts[::-1], dtype=np.int64)
+
+
+def _window_min(values: np.ndarray, lo: np.ndarray, arg_out: np.ndarray) -> np.ndarray:
+    """out[i] = min(values[lo[i] : i + 1]) for non-decreasing ``lo`` (monotone deque, O(n)).
+
+    The position of each minimum (the earliest on ties) is written to ``arg_out``.
+    """
+    vals, los = values.tolist(), lo.tolist()
+    out = [0.0] * len(vals)
+    window: list[int] = []  # positions with increasing values; the head is the minimum
+    head = 0
+    for i, v in enumerate(vals):
+        while len(window) > head and vals[window[-1]] > v:
+            window.pop()
+        window.append(i)
+        while window[head] < los[i]:
+            head += 1
+        out[i] = vals[window[head]]
+        arg_out[i] = window[head]
+    return np.asarray(out)

@@ -1,0 +1,205 @@
+"""The one evaluator of stage assignments: feasibility and every objective term, from scratch.
+
+Tests, the RL reward, the solve pipeline's self-check and the benchmarks all judge a stage
+assignment here. It recomputes everything from the graph's raw arrays with numpy and shares no code
+with any solver model, so a bug in a model shows up as a disagreement instead of being repeated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..problems.stage import ProblemError, StageProblem
+
+__all__ = ["StageEvaluation", "evaluate_stages"]
+
+#: Violations listed one by one; beyond this many only a count is added (random RL assignments).
+_MAX_LISTED = 50
+
+
+@dataclass(frozen=True, eq=False)
+class StageEvaluation:
+    """Feasibility and objective of one stage assignment, in the problem's integer units.
+
+    ``mem_peak`` and ``spill`` are bytes; ``comm_total`` and ``comm_peak`` bytes or edges (the
+    problem's ``comm`` mode); ``compute_peak`` is in ticks of ``problem.time_unit`` and
+    ``compute_peak_s`` in seconds (unrounded). ``objective`` is the weighted sum of the integer
+    terms. When some stage is outside 0..K-1 the terms cannot be computed and are None.
+    """
+
+    feasible: bool
+    violations: tuple[str, ...]
+    n_violations: int
+    objective: float | None
+    mem_peak: int | None
+    comm_total: int | None
+    comm_peak: int | None
+    compute_peak: int | None
+    compute_peak_s: float | None
+    spill: int | None
+    stage_mem: np.ndarray | None  # (K,) parameter bytes per stage
+    stage_compute: np.ndarray | None  # (K,) ticks per stage
+    stage_compute_s: np.ndarray | None  # (K,) seconds per stage
+    boundary_comm: np.ndarray | None  # (K-1,) units crossing the boundary after stage k
+
+    @property
+    def terms(self) -> dict[str, int | None]:
+        """The five objective terms by name."""
+        return {
+            "mem_peak": self.mem_peak,
+            "comm_total": self.comm_total,
+            "comm_peak": self.comm_peak,
+            "compute_peak": self.compute_peak,
+            "spill": self.spill,
+        }
+
+
+def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
+    """Check a stage assignment against ``problem`` and compute its objective.
+
+    Parameters
+    ----------
+    problem : StageProblem
+        The problem.
+    stages : array-like of int, shape (n_nodes,)
+        Stage of each node, in the graph's node order.
+
+    Returns
+    -------
+    StageEvaluation
+        ``feasible`` is True when every stage is in 0..K-1, every edge satisfies s_u <= s_v and no
+        stage exceeds its hard capacity; ``violations`` names the offending nodes, edges and stages.
+
+    Raises
+    ------
+    ProblemError
+        If ``stages`` is not a one-dimensional integer array with one entry per node.
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    >>> evaluate_stages(StageProblem.peer(g, n_stages=2), [0, 1]).objective
+    3001
+    """
+    g = problem.graph
+    s = _as_stage_array(stages, g.n_nodes)
+    K = problem.n_stages
+    violations: list[str] = []
+    count = 0
+
+    def note(msgs: list[str]) -> None:
+        nonlocal count
+        count += len(msgs)
+        room = _MAX_LISTED - len(violations)
+        violations.extend(msgs[: max(room, 0)])
+
+    out_of_range = np.flatnonzero((s < 0) | (s >= K))
+    note([f"node {g.names[v]!r} is on stage {int(s[v])}, outside 0..{K - 1}" for v in out_of_range.tolist()])
+    su, sv = s[g.src], s[g.dst]
+    backwards = np.flatnonzero(su > sv)
+    note(
+        [
+            f"edge {g.names[g.src[e]]!r} -> {g.names[g.dst[e]]!r} goes backwards: stage {int(su[e])} -> {int(sv[e])}"
+            for e in backwards.tolist()
+        ]
+    )
+    if out_of_range.size:
+        return _finish(violations, count, None)
+
+    # np.add.at keeps integer sums exact (a float bincount would round above 2**53 bytes).
+    stage_mem = np.zeros(K, dtype=np.int64)
+    np.add.at(stage_mem, s, g.param_bytes)
+    if problem.capacity is not None:
+        cap = np.asarray(problem.capacity, dtype=np.int64)
+        over = np.flatnonzero(stage_mem > cap)
+        note([f"stage {k} holds {int(stage_mem[k])} parameter bytes, over its capacity {int(cap[k])}" for k in over.tolist()])
+
+    seconds = np.asarray(g.time(problem.device_kind), dtype=np.float64)
+    speed = np.ones(K) if problem.stage_speed is None else np.asarray(problem.stage_speed, dtype=np.float64)
+    node_ticks = np.rint(seconds / speed[s] / problem.time_unit).astype(np.int64)
+    stage_compute = np.zeros(K, dtype=np.int64)
+    np.add.at(stage_compute, s, node_ticks)
+    stage_compute_s = np.bincount(s, weights=seconds, minlength=K) / speed
+
+    units = (g.edge_bytes > 0).astype(np.int64) if problem.comm == "edges" else g.edge_bytes.astype(np.int64)
+    # An edge crossing boundaries b with s_u <= b < s_v adds its units to each; a difference array
+    # over boundaries counts them all at once.
+    diff = np.zeros(K + 1, dtype=np.int64)
+    forward = su < sv
+    np.add.at(diff, su[forward], units[forward])
+    np.add.at(diff, sv[forward], -units[forward])
+    boundary_comm = np.cumsum(diff)[: K - 1]
+    # A backwards edge (already a violation) counts no crossings rather than negative ones.
+    comm_total = int(np.sum(units * np.maximum(sv - su, 0)))
+
+    spill = 0
+    if problem.spill_capacity is not None:
+        spill = int(np.maximum(stage_mem - np.asarray(problem.spill_capacity, dtype=np.int64), 0).sum())
+
+    values = dict(
+        mem_peak=int(stage_mem.max()),
+        comm_total=comm_total,
+        comm_peak=int(boundary_comm.max()) if K > 1 else 0,
+        compute_peak=int(stage_compute.max()),
+        spill=spill,
+    )
+    w = problem.weights
+    objective = (
+        w.mem_peak * values["mem_peak"]
+        + w.comm_total * values["comm_total"]
+        + w.comm_peak * values["comm_peak"]
+        + w.compute_peak * values["compute_peak"]
+        + w.spill * values["spill"]
+    )
+    return _finish(
+        violations,
+        count,
+        dict(
+            objective=objective,
+            compute_peak_s=float(stage_compute_s.max()),
+            stage_mem=stage_mem,
+            stage_compute=stage_compute,
+            stage_compute_s=stage_compute_s,
+            boundary_comm=boundary_comm,
+            **values,
+        ),
+    )
+
+
+def _as_stage_array(stages, n: int) -> np.ndarray:
+    arr = np.asarray(stages)
+    if arr.shape != (n,):
+        raise ProblemError(f"a stage assignment needs one stage per node: got shape {arr.shape}, expected ({n},)")
+    if arr.size and arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.floor(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise ProblemError(f"stages must be integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+def _finish(violations: list[str], count: int, values: dict | None) -> StageEvaluation:
+    if count > len(violations):
+        violations = violations + [f"... and {count - len(violations)} more violations"]
+    empty = dict.fromkeys(
+        (
+            "objective",
+            "mem_peak",
+            "comm_total",
+            "comm_peak",
+            "compute_peak",
+            "compute_peak_s",
+            "spill",
+            "stage_mem",
+            "stage_compute",
+            "stage_compute_s",
+            "boundary_comm",
+        )
+    )
+    for arr_name in ("stage_mem", "stage_compute", "stage_compute_s", "boundary_comm"):
+        if values is not None:
+            values[arr_name].setflags(write=False)
+    return StageEvaluation(feasible=count == 0, violations=tuple(violations), n_violations=count, **(values or empty))

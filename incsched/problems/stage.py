@@ -1,0 +1,416 @@
+"""The stage problem: put every node of a `CompGraph` on one of K ordered pipeline stages.
+
+Sits between the graph and everything that schedules it: pre-schedulers, the relaxation step, the
+CP-SAT and MILP back ends and the evaluator all read a `StageProblem`, never loose arguments.
+
+Integer units. Bytes are already integers. Compute times (seconds) are scaled once, here, to
+integer *ticks* of ``time_unit`` seconds: a node's ticks on stage k are
+``round(time_v / stage_speed[k] / time_unit)``. Unless given, ``time_unit`` is the largest power of
+ten at which the whole graph's compute time on the slowest stage is at least 10**6 ticks, so any one
+stage holds at most about 10**7 ticks and rounding moves a stage's time by under 10**-6 of the total
+per node. Every objective term is an integer in these units; the weighted objective is
+``sum(weight * term)``.
+
+Infeasibility that can be seen before any solver runs (a node whose parameters exceed every
+stage's hard capacity, more parameters than all stages hold together) is reported by
+`StageProblem.infeasibility` as a reason string and raised by `StageProblem.check_feasible` as
+`InfeasibleProblem`; malformed problems (K < 1, NaN weights, wrong lengths) raise `ProblemError` at
+construction.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ..cost_model import DEFAULT_KIND
+from ..errors import FormatError, IncschedError
+from ..formats.json_graph import graph_from_dict, graph_to_dict
+from ..graph import CompGraph
+from ..jsonio import read_json, write_json
+
+__all__ = ["ObjectiveWeights", "StageProblem", "ProblemError", "InfeasibleProblem", "COMM_MODES"]
+
+FORMAT = "incsched.stage_problem"
+VERSION = 1
+
+#: How an edge's communication is counted: its bytes, or one unit if it carries any data (peer form).
+COMM_MODES = ("bytes", "edges")
+
+#: Ticks the whole graph's compute time must at least span when ``time_unit`` is chosen automatically.
+_MIN_TOTAL_TICKS = 1e6
+
+
+class ProblemError(IncschedError, ValueError):
+    """A problem is malformed: a bad stage count, weight, capacity or speed."""
+
+
+class InfeasibleProblem(IncschedError):
+    """No assignment can satisfy the problem's hard constraints; ``reason`` says why and where."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class ObjectiveWeights:
+    """Non-negative weights of the stage objective's terms (0 leaves a term out).
+
+    ``mem_peak`` and ``spill`` multiply bytes, ``comm_total`` and ``comm_peak`` bytes or edges (see
+    `StageProblem.comm`), ``compute_peak`` ticks of `StageProblem.time_unit`.
+    """
+
+    mem_peak: float = 0.0
+    comm_total: float = 0.0
+    comm_peak: float = 0.0
+    compute_peak: float = 0.0
+    spill: float = 0.0
+
+    def __post_init__(self):
+        for f in fields(self):
+            w = getattr(self, f.name)
+            if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+                raise ProblemError(f"objective weight {f.name} must be a number, got {type(w).__name__} ({w!r})")
+            if not math.isfinite(w) or w < 0:
+                raise ProblemError(f"objective weight {f.name} is {w}; weights must be finite and non-negative")
+            # Keep ints as ints so that JSON round trips and integer solver objectives stay exact.
+            object.__setattr__(self, f.name, int(w) if float(w).is_integer() else float(w))
+
+    def as_dict(self) -> dict[str, float]:
+        """The weights by term name, in the order of the objective's definition."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class StageProblem:
+    """Assign each node a stage 0..K-1 with s_u <= s_v on every edge; minimise a weighted objective.
+
+    Parameters
+    ----------
+    graph : CompGraph
+        The computation graph.
+    n_stages : int
+        K, the number of pipeline stages (>= 1).
+    weights : ObjectiveWeights
+        Weights of ``mem_peak``, ``comm_total``, ``comm_peak``, ``compute_peak`` and ``spill``.
+    comm : {"bytes", "edges"}
+        Communication unit of an edge: its bytes, or 1 if its bytes are positive (the peer form).
+    capacity : int or sequence of int, optional
+        Hard per-stage parameter memory in bytes (one value for all stages, or one per stage).
+    spill_capacity : int or sequence of int, optional
+        Per-stage memory beyond which parameters spill (the ``spill`` term); required when the
+        ``spill`` weight is positive.
+    stage_speed : sequence of float, optional
+        Relative speed of each stage's device (default all 1): stage k's compute time is the sum of
+        its nodes' times divided by ``stage_speed[k]``.
+    device_kind : str
+        Which of the graph's time columns (measured, else roofline estimate) gives node times.
+    time_unit : float, optional
+        Seconds per integer tick; chosen automatically when omitted (see the module notes).
+
+    Raises
+    ------
+    ProblemError
+        If K < 1, a weight is NaN / negative, ``comm`` is unknown, a capacity or speed has the
+        wrong length or an invalid value, or the spill term lacks a ``spill_capacity``.
+
+    Examples
+    --------
+    >>> g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    >>> p = StageProblem.peer(g, n_stages=2, alpha=100)
+    >>> p.weights.mem_peak, p.comm
+    (100, 'edges')
+    """
+
+    graph: CompGraph
+    n_stages: int
+    weights: ObjectiveWeights = field(default_factory=ObjectiveWeights)
+    comm: str = "bytes"
+    capacity: tuple[int, ...] | None = None
+    spill_capacity: tuple[int, ...] | None = None
+    stage_speed: tuple[float, ...] | None = None
+    device_kind: str = DEFAULT_KIND
+    time_unit: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.graph, CompGraph):
+            raise ProblemError(f"graph must be a CompGraph, got {type(self.graph).__name__}")
+        k = self.n_stages
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ProblemError(f"n_stages must be an integer >= 1, got {k!r}")
+        object.__setattr__(self, "n_stages", int(k))
+        if isinstance(self.weights, dict):
+            object.__setattr__(self, "weights", ObjectiveWeights(**self.weights))
+        if not isinstance(self.weights, ObjectiveWeights):
+            raise ProblemError(f"weights must be ObjectiveWeights, got {type(self.weights).__name__}")
+        if self.comm not in COMM_MODES:
+            raise ProblemError(f"comm must be one of {COMM_MODES}, got {self.comm!r}")
+        object.__setattr__(self, "capacity", self._per_stage_bytes("capacity", self.capacity))
+        object.__setattr__(self, "spill_capacity", self._per_stage_bytes("spill_capacity", self.spill_capacity))
+        if self.weights.spill > 0 and self.spill_capacity is None:
+            raise ProblemError("the spill term has a positive weight but no spill_capacity is given")
+        if self.stage_speed is not None:
+            speed = tuple(float(s) for s in self.stage_speed)
+            if len(speed) != self.n_stages:
+                raise ProblemError(f"stage_speed has {len(speed)} entries for {self.n_stages} stages")
+            bad = [i for i, s in enumerate(speed) if not (math.isfinite(s) and s > 0)]
+            if bad:
+                raise ProblemError(f"stage_speed of stage {bad[0]} is {speed[bad[0]]}; speeds must be finite and positive")
+            object.__setattr__(self, "stage_speed", speed)
+        if not isinstance(self.device_kind, str) or not self.device_kind:
+            raise ProblemError(f"device_kind must be a non-empty string, got {self.device_kind!r}")
+        if self.time_unit is None:
+            object.__setattr__(self, "time_unit", self._auto_time_unit())
+        else:
+            tu = float(self.time_unit)
+            if not (math.isfinite(tu) and tu > 0):
+                raise ProblemError(f"time_unit must be finite and positive, got {self.time_unit!r}")
+            object.__setattr__(self, "time_unit", tu)
+
+    def _per_stage_bytes(self, name: str, value) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        values = [value] * self.n_stages if np.isscalar(value) else list(value)
+        if len(values) != self.n_stages:
+            raise ProblemError(f"{name} has {len(values)} entries for {self.n_stages} stages")
+        out = []
+        for i, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ProblemError(f"{name} of stage {i} must be a number of bytes, got {v!r}")
+            if not math.isfinite(v) or v < 0 or float(v) != math.floor(v):
+                raise ProblemError(f"{name} of stage {i} is {v}; capacities are whole, non-negative byte counts")
+            out.append(int(v))
+        return tuple(out)
+
+    def _auto_time_unit(self) -> float:
+        slowest = min(self.stage_speed) if self.stage_speed else 1.0
+        total = float(self.graph.time(self.device_kind).sum()) / slowest
+        if total <= 0:
+            return 1e-6
+        return 10.0 ** math.floor(math.log10(total / _MIN_TOTAL_TICKS))
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def peer(cls, graph: CompGraph, n_stages: int = 10, alpha: float = 100, **kwargs: Any) -> StageProblem:
+        """The RESPECT / ICML'24 objective: ``alpha * mem_peak + comm_total`` counted in edges.
+
+        Parameters
+        ----------
+        graph : CompGraph
+            The graph (node ``param_bytes`` are the peer's node ``parameter``).
+        n_stages : int
+            K (the peer's "depth"; 10 in its README example).
+        alpha : float
+            Weight of the peak stage memory against one crossed boundary of one data-carrying edge.
+        **kwargs
+            Further `StageProblem` fields (capacity, device_kind ...).
+        """
+        return cls(graph, n_stages, ObjectiveWeights(mem_peak=alpha, comm_total=1), comm="edges", **kwargs)
+
+    # ------------------------------------------------------------------ integer data for solvers
+
+    @cached_property
+    def edge_comm(self) -> np.ndarray:
+        """Communication units of each edge per boundary crossed (bytes, or 0/1 in "edges" mode)."""
+        b = self.graph.edge_bytes
+        out = (b > 0).astype(np.int64) if self.comm == "edges" else b.astype(np.int64)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def node_ticks(self) -> np.ndarray:
+        """Integer compute ticks of each node on each stage, shape (n_nodes, K)."""
+        t = np.asarray(self.graph.time(self.device_kind), dtype=np.float64)
+        speed = np.asarray(self.stage_speed if self.stage_speed else [1.0] * self.n_stages)
+        out = np.rint(t[:, None] / speed[None, :] / self.time_unit).astype(np.int64)
+        out.setflags(write=False)
+        return out
+
+    def capacity_array(self) -> np.ndarray | None:
+        """Hard capacity per stage (bytes) as an array, or None without one."""
+        return None if self.capacity is None else np.asarray(self.capacity, dtype=np.int64)
+
+    # ------------------------------------------------------------------ feasibility
+
+    def infeasibility(self) -> str | None:
+        """Why no assignment can meet the hard capacity, or None if no such reason is visible.
+
+        Checks (in order): a node whose parameters exceed every stage's capacity; more parameters in
+        total than all stages hold. Passing these does not prove feasibility (bin packing with
+        precedence remains); a solver may still answer ``infeasible``.
+        """
+        if self.capacity is None:
+            return None
+        cap = np.asarray(self.capacity, dtype=np.int64)
+        p = self.graph.param_bytes
+        too_big = np.flatnonzero(p > cap.max())
+        if too_big.size:
+            v = int(too_big[np.argmax(p[too_big])])
+            return (
+                f"node {self.graph.names[v]!r} has {int(p[v])} parameter bytes, more than any stage's "
+                f"capacity (largest {int(cap.max())} bytes)"
+            )
+        if int(p.sum()) > int(cap.sum()):
+            return (
+                f"the graph's {int(p.sum())} parameter bytes exceed the {self.n_stages} stages' total capacity "
+                f"of {int(cap.sum())} bytes"
+            )
+        return None
+
+    def check_feasible(self) -> None:
+        """Raise `InfeasibleProblem` if `infeasibility` finds a reason.
+
+        Raises
+        ------
+        InfeasibleProblem
+            With the reason, naming the offending node where there is one.
+        """
+        reason = self.infeasibility()
+        if reason is not None:
+            raise InfeasibleProblem(f"stage problem on graph {self.graph.name!r} is infeasible: {reason}")
+
+    def allowed_stages(self, window: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """Which stages each node may take, shape (n_nodes, K), after every cheap deduction.
+
+        Starts from the window (per-node inclusive stage range) and the hard capacity (a node never
+        sits on a stage too small for its own parameters), then propagates precedence: a node's
+        earliest stage is at least each predecessor's earliest, its latest at most each successor's
+        latest. Solvers build their domains from this; the relaxation step may call it to check a
+        window before solving.
+
+        Parameters
+        ----------
+        window : (lo, hi) pair of int arrays, optional
+            Inclusive per-node stage bounds.
+
+        Returns
+        -------
+        numpy.ndarray of bool
+
+        Raises
+        ------
+        InfeasibleProblem
+            If some node is left with no stage; the message names it.
+        ProblemError
+            If the window has the wrong shape.
+        """
+        g, K = self.graph, self.n_stages
+        n = g.n_nodes
+        stage_ids = np.arange(K)
+        allowed = np.ones((n, K), dtype=bool)
+        if window is not None:
+            lo, hi = (np.asarray(a, dtype=np.int64) for a in window)
+            if lo.shape != (n,) or hi.shape != (n,):
+                raise ProblemError(f"a window needs (lo, hi) arrays of shape ({n},), got {lo.shape} and {hi.shape}")
+            allowed &= (stage_ids[None, :] >= lo[:, None]) & (stage_ids[None, :] <= hi[:, None])
+        if self.capacity is not None:
+            allowed &= g.param_bytes[:, None] <= np.asarray(self.capacity, dtype=np.int64)[None, :]
+        self._raise_if_empty(allowed, "its window and the stages' capacities leave it no stage")
+        first = np.where(allowed.any(axis=1), allowed.argmax(axis=1), K).tolist()
+        last = np.where(allowed.any(axis=1), K - 1 - allowed[:, ::-1].argmax(axis=1), -1).tolist()
+        pred_ptr, pred_idx = g.pred_ptr.tolist(), g.pred_idx.tolist()
+        succ_ptr, succ_idx = g.succ_ptr.tolist(), g.succ_idx.tolist()
+        order = g.topological_order().tolist()
+        row = allowed.tolist()
+        for v in order:
+            preds = [pred_idx[k] for k in range(pred_ptr[v], pred_ptr[v + 1])]
+            lo_v = max([first[u] for u in preds], default=0)
+            first[v] = next((s for s in range(max(lo_v, first[v]), K) if row[v][s]), K)
+            if first[v] == K:
+                u = max(preds, key=lambda x: first[x])
+                self._raise_forced(v, f"predecessor {g.names[u]!r} is on stage {first[u]} or later")
+        for v in reversed(order):
+            succs = [succ_idx[k] for k in range(succ_ptr[v], succ_ptr[v + 1])]
+            hi_v = min([last[x] for x in succs], default=K - 1)
+            last[v] = next((s for s in range(min(hi_v, last[v]), -1, -1) if row[v][s]), -1)
+            if last[v] < first[v]:
+                x = min(succs, key=lambda y: last[y])
+                self._raise_forced(v, f"successor {g.names[x]!r} is on stage {last[x]} or earlier")
+        first_a, last_a = np.asarray(first), np.asarray(last)
+        allowed &= (stage_ids[None, :] >= first_a[:, None]) & (stage_ids[None, :] <= last_a[:, None])
+        return allowed
+
+    def _raise_forced(self, v: int, why: str) -> None:
+        raise InfeasibleProblem(
+            f"node {self.graph.names[v]!r} of graph {self.graph.name!r} has no possible stage: {why}, "
+            "and its window and capacity allow none of those"
+        )
+
+    def _raise_if_empty(self, allowed: np.ndarray, why: str) -> None:
+        empty = np.flatnonzero(~allowed.any(axis=1))
+        if empty.size:
+            raise InfeasibleProblem(
+                f"node {self.graph.names[int(empty[0])]!r} of graph {self.graph.name!r} has no possible stage: {why}"
+                + (f" ({empty.size} such nodes)" if empty.size > 1 else "")
+            )
+
+    # ------------------------------------------------------------------ JSON
+
+    def to_json(self) -> dict[str, Any]:
+        """The versioned JSON-ready dictionary (the graph embedded as `graph_to_dict`)."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "graph": graph_to_dict(self.graph),
+            "n_stages": self.n_stages,
+            "weights": self.weights.as_dict(),
+            "comm": self.comm,
+            "capacity": None if self.capacity is None else list(self.capacity),
+            "spill_capacity": None if self.spill_capacity is None else list(self.spill_capacity),
+            "stage_speed": None if self.stage_speed is None else list(self.stage_speed),
+            "device_kind": self.device_kind,
+            "time_unit": self.time_unit,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, source: str = "stage problem") -> StageProblem:
+        """Rebuild a problem from `to_json`'s form.
+
+        Raises
+        ------
+        FormatError
+            Not a stage problem, unsupported version, or a missing / mistyped field.
+        ProblemError, GraphError
+            The file is well-formed but describes an invalid problem or graph.
+        """
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise FormatError(f"{source}: not a stage problem (format is {found!r}, expected {FORMAT!r})")
+        if data.get("version") != VERSION:
+            raise FormatError(f"{source}: stage problem version {data.get('version')!r} is not supported (expected {VERSION})")
+        for key in ("graph", "n_stages", "weights"):
+            if key not in data:
+                raise FormatError(f"{source}: missing field {key!r}")
+        if not isinstance(data["weights"], dict):
+            raise FormatError(f"{source}: field 'weights' must be an object")
+        try:
+            weights = ObjectiveWeights(**data["weights"])
+        except TypeError as exc:
+            raise FormatError(f"{source}: bad field 'weights': {exc}") from None
+        return cls(
+            graph_from_dict(data["graph"], source=f"{source} (graph)"),
+            data["n_stages"],
+            weights,
+            comm=data.get("comm", "bytes"),
+            capacity=data.get("capacity"),
+            spill_capacity=data.get("spill_capacity"),
+            stage_speed=data.get("stage_speed"),
+            device_kind=data.get("device_kind", DEFAULT_KIND),
+            time_unit=data.get("time_unit"),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the problem as JSON (gzipped for ``.gz``), atomically."""
+        write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> StageProblem:
+        """Read a problem written by `save`; errors name the file."""
+        return cls.from_json(read_json(path), source=str(path))

@@ -1,0 +1,74 @@
+"""Relaxation: the window of freedom around an incumbent that the exact model searches.
+
+Inc-ILP's step between the pre-scheduler and CP-SAT: each node may move within a radius of its
+incumbent stage (or to a short list of devices); the exact model is solved inside, then the window
+is re-centred and widened until the answer stops moving or the window is the whole problem.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .problems.placement import PlacementProblem, PlacementWindow
+from .problems.stage import StageProblem
+
+__all__ = ["stage_window", "radius_from_confidence", "placement_window", "window_is_everything"]
+
+
+def stage_window(problem: StageProblem, center, radius) -> tuple[np.ndarray, np.ndarray]:
+    """Per-node inclusive stage range ``[center - radius, center + radius]`` clipped to 0..K-1.
+
+    Parameters
+    ----------
+    problem : StageProblem
+    center : int array [n]
+        The incumbent's stages.
+    radius : int or int array [n]
+        How far each node may move; an array sizes it per node (e.g. from policy confidence).
+
+    Returns
+    -------
+    (lo, hi) : int arrays
+        Precedence and capacity deductions are left to `StageProblem.allowed_stages`, which the
+        exact model applies; the incumbent always lies inside.
+    """
+    center = np.asarray(center, dtype=np.int64)
+    r = np.broadcast_to(np.asarray(radius, dtype=np.int64), center.shape)
+    K = problem.n_stages
+    return np.clip(center - r, 0, K - 1), np.clip(center + r, 0, K - 1)
+
+
+def radius_from_confidence(confidence, base: int, *, low: float = 0.5, high: float = 0.9) -> np.ndarray:
+    """Window radii from per-node confidence: ``base`` where unsure, ``base // 2`` where sure.
+
+    A node the policy is confident about (probability of its stage >= ``high``) keeps a narrow
+    window; below ``low`` it gets twice ``base``; in between, ``base``.
+    """
+    c = np.asarray(confidence, dtype=np.float64)
+    r = np.full(c.shape, base, dtype=np.int64)
+    r[c >= high] = max(base // 2, 0)
+    r[c < low] = 2 * base
+    return r
+
+
+def window_is_everything(problem: StageProblem, window: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether the window allows every node every stage, i.e. its optimum is the global one."""
+    lo, hi = window
+    return bool(np.all(lo == 0) and np.all(hi == problem.n_stages - 1))
+
+
+def placement_window(problem: PlacementProblem, device, *, neighbours: bool = True) -> PlacementWindow:
+    """Allowed devices per node: the incumbent's, plus those of its producers and consumers.
+
+    The moves the list schedulers get wrong are about co-location (keeping a chain on one device
+    to save transfers, or splitting it to gain parallelism), so each node may join any device its
+    graph neighbours use in the incumbent. Start times are left free.
+    """
+    device = np.asarray(device, dtype=np.int64)
+    g = problem.graph
+    allowed = np.zeros((g.n_nodes, problem.n_devices), dtype=bool)
+    allowed[np.arange(g.n_nodes), device] = True
+    if neighbours and g.n_edges:
+        allowed[g.src, device[g.dst]] = True
+        allowed[g.dst, device[g.src]] = True
+    return PlacementWindow(allowed & problem.allowed_devices())

@@ -1,0 +1,164 @@
+"""`Result`: what `solve()` returns and what batch jobs write, with its provenance.
+
+A result states only what was proven: ``optimal`` (objective equals a global lower bound),
+``window_optimal`` (proven inside the relaxation window only), ``feasible`` (with a lower bound and
+gap), ``infeasible`` (with the reason) or ``unknown``. Timing lives in its own field so that two
+deterministic runs give byte-identical JSON once it is left out.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import FormatError
+from .jsonio import read_json, write_json
+
+__all__ = ["Result", "RESULT_STATUSES", "library_versions"]
+
+FORMAT = "incsched.result"
+VERSION = 1
+
+RESULT_STATUSES = ("optimal", "window_optimal", "feasible", "infeasible", "unknown")
+
+
+@dataclass(frozen=True)
+class Result:
+    """A solved stage or placement problem.
+
+    Attributes
+    ----------
+    problem : {"stage", "placement"}
+        Which problem was solved.
+    graph : str
+        The graph's name.
+    status : str
+        One of `RESULT_STATUSES`.
+    objective : float or None
+        Stage: the weighted objective in the problem's integer units (bytes / edges / ticks).
+        Placement: the makespan in ticks of ``time_unit``.
+    lower_bound : float or None
+        A proven global lower bound in the same units.
+    gap : float or None
+        ``(objective - lower_bound) / objective`` (0 when proven optimal).
+    terms : dict
+        The objective's terms as the independent evaluator computed them (stage: mem_peak,
+        comm_total, comm_peak, compute_peak, spill; placement: makespan and makespan_s).
+    stages : list of int, optional
+        Stage of each node (stage problem).
+    device, order, start : lists, optional
+        Device per node, per-device execution order, start tick per node (placement problem).
+    method : str
+        ``inc-ilp``, ``ilp``, ``ilp-hinted``, ``rl`` or a baseline's name.
+    seed : int
+        The seed every randomised step used.
+    deterministic : bool
+        Whether the run is reproducible (one CP-SAT worker, deterministic time limits).
+    bound_source : str
+        Where ``lower_bound`` comes from (``combinatorial``, ``cpsat-full``, ``cpsat-window`` ...).
+    reason : str, optional
+        Why a problem is infeasible or a status is weaker than hoped.
+    provenance : dict
+        Units (``time_unit``), node names' order, the windows tried, library versions.
+    timing : dict
+        Seconds per phase (``preschedule``, ``window``, ``proof``, ``check``, ``total``); left out
+        of deterministic comparisons.
+    """
+
+    problem: str
+    graph: str
+    status: str
+    objective: float | None
+    lower_bound: float | None
+    gap: float | None
+    terms: dict[str, Any]
+    method: str
+    seed: int
+    deterministic: bool
+    bound_source: str = ""
+    reason: str | None = None
+    stages: list[int] | None = None
+    device: list[int] | None = None
+    order: list[list[int]] | None = None
+    start: list[int] | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.status not in RESULT_STATUSES:
+            raise ValueError(f"status must be one of {RESULT_STATUSES}, got {self.status!r}")
+        if self.problem not in ("stage", "placement"):
+            raise ValueError(f"problem must be 'stage' or 'placement', got {self.problem!r}")
+
+    @property
+    def assignment(self) -> list[int] | None:
+        """Stage or device per node, whichever this problem assigns."""
+        return self.stages if self.problem == "stage" else self.device
+
+    def to_json(self, *, timing: bool = True) -> dict[str, Any]:
+        """The versioned JSON form; ``timing=False`` leaves out the only run-dependent field."""
+        data = {
+            "format": FORMAT,
+            "version": VERSION,
+            "problem": self.problem,
+            "graph": self.graph,
+            "status": self.status,
+            "objective": self.objective,
+            "lower_bound": self.lower_bound,
+            "gap": self.gap,
+            "terms": self.terms,
+            "method": self.method,
+            "seed": self.seed,
+            "deterministic": self.deterministic,
+            "bound_source": self.bound_source,
+            "reason": self.reason,
+            "stages": self.stages,
+            "device": self.device,
+            "order": self.order,
+            "start": self.start,
+            "provenance": self.provenance,
+        }
+        if timing:
+            data["timing"] = self.timing
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, *, source: str = "result") -> Result:
+        """Rebuild a `Result` from `to_json`'s form.
+
+        Raises
+        ------
+        FormatError
+            If ``data`` is not an incsched result of a supported version.
+        """
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise FormatError(f"{source}: not an incsched result (expected format {FORMAT!r})")
+        if data.get("version") != VERSION:
+            raise FormatError(f"{source}: result version {data.get('version')!r} is not supported (expected {VERSION})")
+        kwargs = {k: v for k, v in data.items() if k not in ("format", "version")}
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise FormatError(f"{source}: {exc}") from None
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the JSON form atomically (gzip when the name ends in ``.gz``)."""
+        write_json(path, self.to_json(), indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Result:
+        return cls.from_json(read_json(path), source=str(path))
+
+
+@functools.lru_cache(maxsize=1)
+def library_versions() -> dict[str, str]:
+    """Versions that determine a deterministic result: same versions, same bytes."""
+    import numpy
+    import ortools
+
+    from . import __version__
+
+    return {"python": platform.python_version(), "incsched": __version__, "ortools": ortools.__version__, "numpy": numpy.__version__}

@@ -1,0 +1,342 @@
+"""The stage problem as a compact CP-SAT model: the exact back end of the stage pipeline.
+
+One integer stage per node; one Boolean per node and allowed stage only for nodes whose stage
+changes a load (parameters, compute, or boundary traffic under ``comm_peak``); ``comm_total`` is
+linear in the stages. Windows from the relaxation step restrict the domains; a hint (a full stage
+assignment, typically a pre-scheduler's incumbent) warm-starts the search.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from incsched.problems.stage import InfeasibleProblem, StageProblem
+
+from .. import SolverOutput, SolverSettings
+from .params import STATUS_NAMES, make_solver
+
+__all__ = ["solve_stage", "integer_weights"]
+
+log = logging.getLogger(__name__)
+
+BACKEND = "cpsat"
+
+
+def solve_stage(
+    problem: StageProblem,
+    settings: SolverSettings,
+    window: tuple[np.ndarray, np.ndarray] | None = None,
+    hint: np.ndarray | None = None,
+) -> SolverOutput:
+    """Solve ``problem`` (inside ``window`` if given) with CP-SAT.
+
+    Parameters
+    ----------
+    problem : StageProblem
+        The problem; its integer data (`StageProblem.edge_comm`, `StageProblem.node_ticks`) are
+        the model's coefficients.
+    settings : SolverSettings
+        Time limit, determinism, seed, workers.
+    window : (lo, hi) pair of int arrays, optional
+        Inclusive per-node stage ranges; the model is restricted to them.
+    hint : int array, optional
+        A full stage assignment given to CP-SAT as a solution hint.
+
+    Returns
+    -------
+    SolverOutput
+        ``objective`` and ``bound`` are the weighted objective in the problem's integer units
+        (bytes, edges, ticks of ``problem.time_unit``), the same as `evaluate_stages` computes;
+        ``status`` is ``optimal`` for the model given (the window's optimum when a window is set).
+        An infeasibility visible before solving (a node too big for every stage, a window leaving a
+        node no stage) gives ``infeasible`` with the reason in ``info["reason"]``; the solver does
+        not run. ``info`` also carries ``time_unit``, ``weight_scale`` and the model's size.
+    """
+    start = time.perf_counter()
+    info: dict = {"time_unit": problem.time_unit}
+    reason = problem.infeasibility()
+    allowed = None
+    if reason is None:
+        try:
+            allowed = problem.allowed_stages(window)
+        except InfeasibleProblem as exc:
+            reason = str(exc)
+    if reason is not None:
+        info["reason"] = reason
+        return SolverOutput("infeasible", None, None, None, time.perf_counter() - start, BACKEND, info=info)
+
+    weights, scale = integer_weights(problem.weights.as_dict())
+    model = _StageModel(problem, allowed, weights)
+    if hint is not None:
+        model.add_hint(np.asarray(hint, dtype=np.int64))
+    build_time = time.perf_counter() - start
+
+    solver = make_solver(settings)
+    status_code = solver.Solve(model.model)
+    status = STATUS_NAMES[status_code]
+    assignment = objective = bound = None
+    if status in ("optimal", "feasible"):
+        assignment = np.asarray([solver.Value(s) for s in model.stage], dtype=np.int64)
+        objective = _unscale(solver.ObjectiveValue(), scale)
+        bound = objective if status == "optimal" else _unscale(solver.BestObjectiveBound(), scale)
+    elif status == "infeasible":
+        info["reason"] = "CP-SAT proved that no assignment meets the capacities within the window"
+    proto = model.model.Proto()
+    info.update(
+        weight_scale=scale,
+        n_variables=len(proto.variables),
+        n_constraints=len(proto.constraints),
+        n_stage_booleans=model.n_booleans,
+        n_free_nodes=int((allowed.sum(axis=1) > 1).sum()),
+        build_seconds=build_time,
+        deterministic_time=solver.DeterministicTime() if hasattr(solver, "DeterministicTime") else None,
+        workers=1 if settings.deterministic else settings.workers,
+        deterministic=settings.deterministic,
+        conflicts=solver.NumConflicts(),
+    )
+    log.info("stage CP-SAT on %s (K=%d): %s objective=%s bound=%s", problem.graph.name, problem.n_stages, status, objective, bound)
+    return SolverOutput(status, assignment, objective, bound, time.perf_counter() - start, BACKEND, info=info)
+
+
+def integer_weights(weights: dict[str, float], max_digits: int = 6) -> tuple[dict[str, int], int]:
+    """Objective weights as integers times a common power of ten, for CP-SAT's integer objective.
+
+    Returns the integer weights and the scale (10**d, the least d <= ``max_digits`` that makes every
+    weight whole); with more decimals than that the weights are rounded at 10**max_digits.
+    """
+    for d in range(max_digits + 1):
+        scale = 10**d
+        scaled = {k: w * scale for k, w in weights.items()}
+        if all(abs(x - round(x)) <= 1e-9 * max(1.0, abs(x)) for x in scaled.values()):
+            return {k: int(round(x)) for k, x in scaled.items()}, scale
+    scale = 10**max_digits
+    log.warning("objective weights %s rounded to multiples of 1e-%d for CP-SAT", weights, max_digits)
+    return {k: int(round(w * scale)) for k, w in weights.items()}, scale
+
+
+def _unscale(value: float, scale: int) -> float:
+    value = round(value)  # CP-SAT's objective is integral; its float carries no fraction
+    return value // scale if value % scale == 0 else value / scale
+
+
+class _StageModel:
+    """Builds the CP-SAT model, one method per family of variables and constraints."""
+
+    def __init__(self, problem: StageProblem, allowed: np.ndarray, weights: dict[str, int]):
+        self.problem, self.allowed, self.weights = problem, allowed, weights
+        self.model = cp_model.CpModel()
+        g, K = problem.graph, problem.n_stages
+        self.K = K
+        comm = problem.edge_comm
+        # comm_total = sum_e c_e (s_v - s_u) = sum_v s_v (c_in(v) - c_out(v)).
+        self.net_comm = (
+            np.bincount(g.dst, weights=comm, minlength=g.n_nodes) - np.bincount(g.src, weights=comm, minlength=g.n_nodes)
+        ).astype(np.int64)
+        cap_needed = problem.capacity is not None
+        self.use_mem = weights["mem_peak"] > 0 or weights["spill"] > 0 or cap_needed
+        self.use_time = weights["compute_peak"] > 0
+        self.use_cut = weights["comm_peak"] > 0 and K > 1
+        self.terms: dict[str, cp_model.IntVar] = {}
+        self.per_stage: dict[str, dict[int, cp_model.IntVar]] = {}  # hinted with the terms
+        self._stage_variables()
+        self._precedence()
+        self._stage_booleans()
+        objective = []
+        if self.use_mem:
+            objective += self._memory()
+        if self.use_time:
+            objective += self._compute()
+        if weights["comm_total"] > 0:
+            objective.append(weights["comm_total"] * self._comm_total())
+        if self.use_cut:
+            objective += self._comm_peak()
+        self.model.Minimize(sum(objective))
+
+    # ------------------------------------------------------------------ variables
+
+    def _stage_variables(self) -> None:
+        names = self.problem.graph.names
+        self.stage = [
+            self.model.NewIntVarFromDomain(cp_model.Domain.FromValues(np.flatnonzero(row).tolist()), f"stage[{nm}]")
+            for nm, row in zip(names, self.allowed)
+        ]
+
+    def _precedence(self) -> None:
+        g = self.problem.graph
+        first = self.allowed.argmax(axis=1)
+        last = self.K - 1 - self.allowed[:, ::-1].argmax(axis=1)
+        for u, v in zip(g.src.tolist(), g.dst.tolist()):
+            if last[u] > first[v]:  # otherwise the domains already imply s_u <= s_v
+                self.model.Add(self.stage[u] <= self.stage[v])
+
+    def _stage_booleans(self) -> None:
+        """x[v][k] <=> stage[v] == k, for nodes whose stage moves a load; others need none."""
+        p, ticks = self.problem.graph.param_bytes, self.problem.node_ticks
+        matters = np.zeros(len(p), dtype=bool)
+        if self.use_mem:
+            matters |= p > 0
+        if self.use_time:
+            matters |= ticks.any(axis=1)
+        if self.use_cut:
+            matters |= self.net_comm != 0
+        free = self.allowed.sum(axis=1) > 1
+        self.on_stage: list[dict[int, cp_model.IntVar] | None] = [None] * len(p)
+        self.n_booleans = 0
+        names = self.problem.graph.names
+        for v in np.flatnonzero(matters & free).tolist():
+            stages = np.flatnonzero(self.allowed[v]).tolist()
+            x = {k: self.model.NewBoolVar(f"on[{names[v]},{k}]") for k in stages}
+            self.model.AddExactlyOne(x.values())
+            self.model.Add(self.stage[v] == sum(k * b for k, b in x.items()))
+            self.on_stage[v] = x
+            self.n_booleans += len(x)
+        self.fixed_stage = np.where(free, -1, self.allowed.argmax(axis=1))
+
+    def _stage_sum(self, coef: np.ndarray, k: int):
+        """Linear expression sum_v coef[v, k] [stage_v == k] (fixed nodes as constants)."""
+        const = int(coef[self.fixed_stage == k, k].sum())
+        terms = [int(coef[v, k]) * x[k] for v, x in enumerate(self.on_stage) if x is not None and k in x and coef[v, k]]
+        return sum(terms) + const
+
+    # ------------------------------------------------------------------ objective terms
+
+    def _max_equality(self, target, exprs: list, lower: int, upper: int, name: str) -> None:
+        """target == max(exprs), through one named variable per expression.
+
+        An equality, not target >= each: a solution cut off by the time limit must not carry a
+        slack peak, or its reported objective would exceed what its stages cost. And over
+        variables, not raw sums: CP-SAT 9.15's presolve stalls for minutes on a lin_max of long
+        sums with byte-sized coefficients (ResNet-50, K=2), and is instant on this form.
+        """
+        parts = []
+        for k, expr in enumerate(exprs):
+            if isinstance(expr, int):
+                parts.append(expr)
+                continue
+            var = self.model.NewIntVar(lower, upper, f"{name}[{k}]")
+            self.model.Add(var == expr)
+            parts.append(var)
+            self.per_stage.setdefault(name, {})[k] = var
+        self.model.AddMaxEquality(target, parts)
+
+    def _memory(self) -> list:
+        p = self.problem.graph.param_bytes
+        K, w = self.K, self.weights
+        coef = np.repeat(p[:, None], K, axis=1)
+        loads = [self._stage_sum(coef, k) for k in range(K)]
+        total = int(p.sum())
+        out = []
+        cap = self.problem.capacity
+        if cap is not None:
+            for k in range(K):
+                self.model.Add(loads[k] <= cap[k])
+        if w["mem_peak"] > 0:
+            # Stages are ordered, so there is no symmetry to break; the average is a valid floor.
+            floor = max(math.ceil(total / K), int(p.max(initial=0)))
+            peak = self.model.NewIntVar(floor, max(total, floor), "mem_peak")
+            # Equalities, not >=: a solution cut off by the time limit must not carry a slack
+            # peak, or its reported objective would exceed what its stages actually cost.
+            self._max_equality(peak, loads, 0, total, "mem")
+            self.terms["mem_peak"] = peak
+            out.append(w["mem_peak"] * peak)
+        if w["spill"] > 0:
+            spill_cap = self.problem.spill_capacity
+            spills = []
+            for k in range(K):
+                s_k = self.model.NewIntVar(0, total, f"spill[{k}]")
+                self._max_equality(s_k, [loads[k] - spill_cap[k], 0], -spill_cap[k], total, f"over{k}")
+                spills.append(s_k)
+            self.model.Add(sum(spills) >= total - sum(spill_cap))
+            spill = self.model.NewIntVar(max(0, total - sum(spill_cap)), total, "spill")
+            self.model.Add(spill == sum(spills))
+            self.terms["spill"] = spill
+            self.spill_parts = spills
+            out.append(w["spill"] * spill)
+        self.loads = loads
+        return out
+
+    def _compute(self) -> list:
+        ticks = self.problem.node_ticks
+        K = self.K
+        loads = [self._stage_sum(ticks, k) for k in range(K)]
+        floor = 0
+        if self.problem.stage_speed is None or len(set(self.problem.stage_speed)) == 1:
+            floor = max(math.ceil(int(ticks[:, 0].sum()) / K), int(ticks.max(initial=0)))
+        most = max(int(ticks.max(axis=1).sum()), floor)
+        peak = self.model.NewIntVar(floor, most, "compute_peak")
+        self._max_equality(peak, loads, 0, most, "ticks")
+        self.terms["compute_peak"] = peak
+        return [self.weights["compute_peak"] * peak]
+
+    def _comm_total(self):
+        comm = self.problem.edge_comm
+        hi = int(comm.sum()) * (self.K - 1)
+        total = self.model.NewIntVar(0, max(hi, 0), "comm_total")
+        self.model.Add(total == sum(int(c) * self.stage[v] for v, c in enumerate(self.net_comm.tolist()) if c))
+        self.terms["comm_total"] = total
+        return total
+
+    def _comm_peak(self) -> list:
+        # Traffic over boundary b (between stages b-1 and b) = sum_v net(v) [s_v >= b], exact
+        # because s_u <= s_v makes [s_v >= b] - [s_u >= b] the edge's crossing indicator.
+        K = self.K
+        peak = self.model.NewIntVar(0, int(self.problem.edge_comm.sum()), "comm_peak")
+        boundaries = []
+        for b in range(1, K):
+            expr = 0
+            for v, c in enumerate(self.net_comm.tolist()):
+                if not c:
+                    continue
+                x = self.on_stage[v]
+                if x is None:
+                    expr += c * int(self.fixed_stage[v] >= b)
+                else:
+                    expr += c * sum(lit for k, lit in x.items() if k >= b)
+            boundaries.append(expr)
+        self._max_equality(peak, boundaries, 0, int(self.problem.edge_comm.sum()), "boundary")
+        self.terms["comm_peak"] = peak
+        return [self.weights["comm_peak"] * peak]
+
+    # ------------------------------------------------------------------ warm start
+
+    def add_hint(self, stages: np.ndarray) -> None:
+        """Hint every decision and term variable from a full assignment (a complete hint is cheap to check)."""
+        g, K = self.problem.graph, self.K
+        if stages.shape != (g.n_nodes,):
+            raise ValueError(f"hint has shape {stages.shape}, expected ({g.n_nodes},)")
+        stages = np.clip(stages, 0, K - 1)
+        for v, s in enumerate(stages.tolist()):
+            self.model.AddHint(self.stage[v], s)
+            x = self.on_stage[v]
+            if x is not None:
+                for k, lit in x.items():
+                    self.model.AddHint(lit, int(k == s))
+        mem = np.zeros(K, dtype=np.int64)
+        np.add.at(mem, stages, g.param_bytes)
+        ticks = np.zeros(K, dtype=np.int64)
+        np.add.at(ticks, stages, self.problem.node_ticks[np.arange(g.n_nodes), stages])
+        comm = self.problem.edge_comm
+        boundary = [int(comm[(stages[g.src] < b) & (stages[g.dst] >= b)].sum()) for b in range(1, K)]
+        per_stage = {"mem": mem.tolist(), "ticks": ticks.tolist(), "boundary": boundary}
+        values = {
+            "mem_peak": int(mem.max()),
+            "compute_peak": int(ticks.max()),
+            "comm_total": int((comm * (stages[g.dst] - stages[g.src])).sum()),
+            "comm_peak": max(boundary, default=0),
+        }
+        if self.problem.spill_capacity is not None:
+            over = mem - np.asarray(self.problem.spill_capacity, dtype=np.int64)
+            values["spill"] = int(np.maximum(over, 0).sum())
+            for k, var in enumerate(getattr(self, "spill_parts", [])):
+                self.model.AddHint(var, int(max(over[k], 0)))
+                per_stage[f"over{k}"] = {0: int(over[k])}
+        for name, stage_vars in self.per_stage.items():
+            for k, var in stage_vars.items():
+                self.model.AddHint(var, int(per_stage[name][k]))
+        for name, var in self.terms.items():
+            self.model.AddHint(var, values[name])
