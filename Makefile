@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml Makefile
 
 run: $(STAMP)
 	$(VENV)/bin/incsched graph info $(RUN_GRAPH)
+	@echo
+	$(VENV)/bin/incsched solve $(RUN_GRAPH) --stages 4 --time-limit 60
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -3,6 +3,8 @@
     incsched graph info FILE
     incsched graph capture --model resnet50 -o FILE
     incsched graph convert IN OUT [--edges EDGES.csv] [--out-edges EDGES.csv]
+    incsched solve GRAPH --stages K [--alpha A | --weights ...] [--capacity B] [--method M] [--json OUT]
+    incsched solve GRAPH --devices N [--bandwidth B] [--latency S] [--method M] [--json OUT]
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 from .errors import IncschedError
 
@@ -21,7 +24,7 @@ log = logging.getLogger("incsched")
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
@@ -63,7 +66,40 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("--edges", help="edge table, when INPUT is a CSV node table")
     conv.add_argument("--out-edges", help="edge table to write, when OUTPUT is a CSV node table")
     conv.set_defaults(run=_graph_convert)
+
+    sol = sub.add_parser("solve", help="solve a stage or placement problem and print the certified result")
+    sol.add_argument("graph", help="graph file (.json, .json.gz, .gml)")
+    _add_problem_args(sol)
+    sol.add_argument("--json", metavar="OUT", help="write the result as JSON (atomically)")
+    sol.set_defaults(run=_solve)
+
+    bat = sub.add_parser("batch", help="solve every graph file in a folder; resumable, one result file each")
+    bat.add_argument("folder", help="folder of graph files (.json, .json.gz, .gml)")
+    bat.add_argument("-o", "--output", required=True, help="folder for <graph>.result.json files and batch.json")
+    bat.add_argument("--jobs", type=int, default=1, help="graphs solved at once (processes)")
+    _add_problem_args(bat)
+    bat.set_defaults(run=_batch)
     return p
+
+
+def _add_problem_args(p: argparse.ArgumentParser) -> None:
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--stages", type=int, metavar="K", help="stage problem with K pipeline stages")
+    what.add_argument("--devices", type=int, metavar="N", help="placement problem on N identical devices")
+    p.add_argument("--alpha", type=float, default=100.0, help="stage: weight of mem_peak in the peer objective (default 100)")
+    p.add_argument(
+        "--weights",
+        help="stage: objective weights instead of the peer form, e.g. mem_peak=1,comm_total=0.001,compute_peak=1 (comm in bytes)",
+    )
+    p.add_argument("--capacity", type=int, help="stage: hard per-stage parameter memory in bytes")
+    p.add_argument("--kind", default="cpu", help="device kind whose node times are used (default cpu)")
+    p.add_argument("--bandwidth", type=float, help="placement: link bandwidth in bytes/s (default: infinite)")
+    p.add_argument("--latency", type=float, default=0.0, help="placement: link latency in seconds")
+    p.add_argument("--method", default="inc-ilp", help="inc-ilp (default), ilp, ilp-hinted, or a baseline name")
+    p.add_argument("--time-limit", type=float, default=60.0, help="seconds (deterministic seconds in deterministic mode)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="CP-SAT workers; more than 1 implies --no-deterministic")
+    p.add_argument("--no-deterministic", action="store_true", help="wall-clock limits, parallel search: not reproducible")
 
 
 # ---------------------------------------------------------------------------- graph commands
@@ -163,6 +199,101 @@ def _graph_convert(args) -> int:
         save_graph(graph, out)
     print(f"wrote {out} ({graph.n_nodes} nodes, {graph.n_edges} edges)")
     return 0
+
+
+# ---------------------------------------------------------------------------- solve
+
+
+def _recipe(args):
+    from .batch import ProblemRecipe
+
+    if args.stages is not None:
+        return ProblemRecipe(
+            "stage",
+            n_stages=args.stages,
+            alpha=args.alpha,
+            weights=_parse_weights(args.weights) if args.weights else None,
+            capacity=args.capacity,
+            device_kind=args.kind,
+        )
+    return ProblemRecipe("placement", n_devices=args.devices, bandwidth=args.bandwidth, latency=args.latency, device_kind=args.kind)
+
+
+def _solve_kwargs(args) -> dict:
+    deterministic = not args.no_deterministic and args.workers == 1
+    return dict(method=args.method, time_limit=args.time_limit, seed=args.seed, deterministic=deterministic, workers=args.workers)
+
+
+def _parse_weights(text: str) -> dict[str, float]:
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise IncschedError(f"--weights: expected TERM=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise IncschedError(f"--weights: {value!r} is not a number (for {key.strip()!r})") from None
+    return out
+
+
+def _solve(args) -> int:
+    from .solve import solve
+
+    problem = _recipe(args).build(_read_graph(args.graph, None))
+    result = solve(problem, **_solve_kwargs(args))
+    print(format_result(result))
+    if args.json:
+        result.save(args.json)
+        print(f"result written to {args.json}")
+    return 0 if result.status != "unknown" else 3
+
+
+def _batch(args) -> int:
+    from .batch import graph_files, run_batch
+
+    files = graph_files(args.folder)
+    if not files:
+        raise IncschedError(f"{args.folder}: no graph files (.json, .json.gz, .gml) found")
+
+    def progress(item, done, total):
+        width = 30
+        bar = "#" * (width * done // total)
+        what = item.error if item.outcome == "failed" else f"{item.status} {item.objective}"
+        print(f"\r[{bar:<{width}}] {done}/{total} {Path(item.graph_file).name}: {item.outcome} {what}", file=sys.stderr)
+
+    items = run_batch(files, args.output, _recipe(args), jobs=args.jobs, progress=progress, **_solve_kwargs(args))
+    counts = {k: sum(it.outcome == k for it in items) for k in ("solved", "skipped", "failed")}
+    print(f"{counts['solved']} solved, {counts['skipped']} already done, {counts['failed']} failed -> {args.output}")
+    for it in items:
+        if it.outcome == "failed":
+            print(f"  failed: {it.graph_file}: {it.error}")
+    return 1 if counts["failed"] else 0
+
+
+def format_result(r) -> str:
+    """A readable summary of a `Result`: status, objective, bound, gap, loads, phase times."""
+    lines = [
+        f"graph {r.graph}: {r.problem} problem, method {r.method}, seed {r.seed}"
+        + ("" if r.deterministic else " (not deterministic)"),
+        f"status       {r.status}" + (f"  ({r.reason})" if r.reason else ""),
+    ]
+    if r.objective is not None:
+        lines.append(f"objective    {r.objective:,}")
+    if r.lower_bound is not None:
+        lines.append(f"lower bound  {r.lower_bound:,}  ({r.bound_source})")
+    if r.gap is not None:
+        lines.append(f"gap          {100 * r.gap:.4f} %")
+    t = r.terms
+    if r.problem == "stage" and t:
+        lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill")))
+        lines.append("stage memory " + " | ".join(_bytes(b) for b in t["stage_mem"]))
+        lines.append("stage time   " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_compute_s"]))
+    elif r.problem == "placement" and t:
+        lines.append(f"makespan     {1e3 * t['makespan_s']:.3f} ms ({t['makespan']:,} ticks)")
+        lines.append("device busy  " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["busy_s"]))
+    lines.append("time         " + ", ".join(f"{k} {v:.3f} s" for k, v in r.timing.items()))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover
