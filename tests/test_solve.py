@@ -18,8 +18,8 @@ from solvers import SolverOutput
 
 @pytest.fixture(scope="module")
 def stage_problem():
-    g = layered_dag(40, n_layers=8, mean_in_degree=1.6, param_bytes=(0, 5000), out_bytes=(1, 100), seed=3)
-    return StageProblem.peer(g, n_stages=4, alpha=100)
+    g = layered_dag(24, n_layers=6, mean_in_degree=1.6, param_bytes=(0, 5000), out_bytes=(1, 100), seed=3)
+    return StageProblem.peer(g, n_stages=3, alpha=100)
 
 
 @pytest.fixture(scope="module")
