@@ -41,6 +41,9 @@ METHODS = ("inc-ilp", "ilp", "ilp-hinted")
 #: Share of the budget the window phase may spend before the proof on the full model.
 _WINDOW_SHARE = 0.4
 
+#: Stage models with more nodes than this skip CP-SAT's presolve probing.
+_PROBING_MAX_NODES = 500
+
 
 class SolverDisagreement(IncschedError):
     """A back end's answer failed the independent check: a bug, reported instead of returned."""
@@ -112,7 +115,15 @@ def solve(
     """
     if deterministic:
         workers = 1
-    settings = SolverSettings(time_limit=max(time_limit, 1e-3), deterministic=deterministic, seed=seed, workers=workers)
+    settings = SolverSettings(
+        time_limit=max(time_limit, 1e-3),
+        deterministic=deterministic,
+        seed=seed,
+        workers=workers,
+        # Presolve probing on stage models of many hundred nodes adds ~10^5 clauses and seconds
+        # before search starts; skipped there, kept where it helps small proofs.
+        probing_level=0 if isinstance(problem, StageProblem) and problem.graph.n_nodes > _PROBING_MAX_NODES else None,
+    )
     if isinstance(problem, StageProblem):
         return _StageSolve(problem, settings, seed).run(method, preschedule, radius)
     if isinstance(problem, PlacementProblem):

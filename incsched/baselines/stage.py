@@ -15,8 +15,18 @@ import numpy as np
 from ..evaluate.stage import evaluate_stages
 from ..graph import CompGraph
 from ..problems.stage import StageProblem
+from .stage_local import dp_local_search
 
-__all__ = ["asap", "alap", "contiguous_params", "contiguous_compute", "pipedream_dp", "STAGE_BASELINES", "best_baseline"]
+__all__ = [
+    "asap",
+    "alap",
+    "contiguous_params",
+    "contiguous_compute",
+    "pipedream_dp",
+    "dp_local_search",
+    "STAGE_BASELINES",
+    "best_baseline",
+]
 
 
 def asap(problem: StageProblem, seed: int = 0) -> np.ndarray:
@@ -103,6 +113,7 @@ STAGE_BASELINES: dict[str, Callable[[StageProblem, int], np.ndarray]] = {
     "contiguous_params": contiguous_params,
     "contiguous_compute": contiguous_compute,
     "pipedream_dp": pipedream_dp,
+    "dp_local_search": dp_local_search,
 }
 
 
