@@ -170,6 +170,27 @@ class _Run:
             return "optimal"
         return "window_optimal" if window_optimal else "feasible"
 
+    def _prove(self, method: str, full_solve, best, lb: float, window_optimal: bool) -> Result:
+        """The full model, hinted by the best answer so far, given all that is left of the budget."""
+        started = time.perf_counter()
+        out = full_solve(self._settings(1.0))
+        self.budget.charge(out)
+        self._phase("proof" if method == "inc-ilp" else "solve", started)
+        self.windows.append({"phase": "full", "status": out.status, "objective": out.objective, "bound": out.bound})
+        if out.status == "infeasible":
+            return self._result(method, "infeasible", None, None, "cpsat-full", {}, reason=out.info.get("reason"))
+        if out.assignment is not None:
+            candidate = self.answer_from(out)
+            value = self.value(candidate, claimed=out.objective)  # the independent re-check, always
+            if best is None or value <= self.value(best):
+                best = candidate
+        if best is None:
+            return self._result(method, "unknown", None, lb, "combinatorial", {}, reason="no solution within the time limit")
+        bound, source = lb, "combinatorial"
+        if out.bound is not None and out.bound > lb:
+            bound, source = float(out.bound), "cpsat-full"
+        return self._finish(method, best, bound, source, window_optimal, proven=out.status == "optimal")
+
     def _result(self, method, status, objective, lower_bound, bound_source, terms, reason=None, **answer) -> Result:
         gap = None
         if objective is not None and lower_bound is not None:
@@ -229,6 +250,12 @@ class _StageSolve(_Run):
             )
         return ev
 
+    def value(self, stages, claimed=None) -> float:
+        return self.check(stages, claimed).objective
+
+    def answer_from(self, out: SolverOutput) -> np.ndarray:
+        return out.assignment
+
     def run(self, method: str, preschedule, radius: int) -> Result:
         from solvers.cpsat.stage import solve_stage
 
@@ -261,24 +288,7 @@ class _StageSolve(_Run):
             if self.check(best).objective <= lb:
                 return self._finish(method, best, lb, "combinatorial", window_optimal=True)
 
-        # The proof: the full model, hinted by the best answer so far, given what is left.
-        started = time.perf_counter()
-        out = solve_stage(p, self._settings(1.0), hint=best)
-        self.budget.charge(out)
-        self._phase("proof" if method == "inc-ilp" else "solve", started)
-        self.windows.append({"phase": "full", "status": out.status, "objective": out.objective, "bound": out.bound})
-        if out.status == "infeasible":
-            return self._result(method, "infeasible", None, None, "cpsat-full", {}, reason=out.info.get("reason"))
-        if out.assignment is not None:
-            self.check(out.assignment, out.objective)
-            if best is None or out.objective <= self.check(best).objective:
-                best = out.assignment
-        if best is None:
-            return self._result(method, "unknown", None, lb, "combinatorial", {}, reason="no solution within the time limit")
-        bound, source = lb, "combinatorial"
-        if out.bound is not None and out.bound > lb:
-            bound, source = float(out.bound), "cpsat-full"
-        return self._finish(method, best, bound, source, window_optimal, proven=out.status == "optimal")
+        return self._prove(method, lambda settings: solve_stage(p, settings, hint=best), best, lb, window_optimal)
 
     def _windows(self, solve_stage, incumbent, radius: int, lb: float):
         """Solve inside windows around the incumbent, re-centring and widening while it improves."""
@@ -357,7 +367,10 @@ class _PlacementSolve(_Run):
             raise SolverDisagreement(f"placement exceeds device memory: {sched.memory_violations}")
         return sched
 
-    def _from_output(self, out: SolverOutput) -> Placement:
+    def value(self, placement: Placement, claimed=None) -> int:
+        return self.check(placement, claimed).makespan
+
+    def answer_from(self, out: SolverOutput) -> Placement:
         order = tuple(tuple(seq) for seq in out.info["order"])
         return Placement(out.assignment, order, start=out.start, method="cpsat")
 
@@ -390,30 +403,14 @@ class _PlacementSolve(_Run):
             self._phase("window", started)
             self.windows.append({"phase": "window", "status": out.status, "objective": out.objective, "devices_per_node": float(window.allowed.sum(1).mean())})
             if out.assignment is not None:
-                candidate = self._from_output(out)
-                if self.check(candidate, out.objective).makespan <= self.check(best).makespan:
+                candidate = self.answer_from(out)
+                if self.value(candidate, out.objective) <= self.value(best):
                     best = candidate
                 window_optimal = out.status == "optimal"
             if self.check(best).makespan <= lb:
                 return self._finish(method, best, lb, "combinatorial", window_optimal)
 
-        started = time.perf_counter()
-        out = solve_placement(p, self._settings(1.0), hint=best)
-        self.budget.charge(out)
-        self._phase("proof" if method == "inc-ilp" else "solve", started)
-        self.windows.append({"phase": "full", "status": out.status, "objective": out.objective, "bound": out.bound})
-        if out.status == "infeasible":
-            return self._result(method, "infeasible", None, None, "cpsat-full", {}, reason=out.info.get("reason"))
-        if out.assignment is not None:
-            candidate = self._from_output(out)
-            if best is None or self.check(candidate, out.objective).makespan <= self.check(best).makespan:
-                best = candidate
-        if best is None:
-            return self._result(method, "unknown", None, lb, "combinatorial", {}, reason="no schedule within the time limit")
-        bound, source = lb, "combinatorial"
-        if out.bound is not None and out.bound > lb:
-            bound, source = float(out.bound), "cpsat-full"
-        return self._finish(method, best, bound, source, window_optimal, proven=out.status == "optimal")
+        return self._prove(method, lambda settings: solve_placement(p, settings, hint=best), best, lb, window_optimal)
 
     def _finish(self, method, placement: Placement, bound, source, window_optimal, proven=False) -> Result:
         sched = self.check(placement)
