@@ -67,6 +67,10 @@ class _Budget:
 
     def charge(self, out: SolverOutput) -> None:
         self.spent += float(out.info.get("deterministic_time") or 0.0) if self.deterministic else 0.0
+        if out.info.get("wall_capped"):
+            self.wall_capped = True
+
+    wall_capped: bool = False
 
 
 def solve(
@@ -138,7 +142,8 @@ class _Run:
     """What both problems' pipelines share: timing, budget, status and the final `Result`."""
 
     kind = ""
-    baselines: dict[str, Callable] = {}
+    #: Pre-schedulers by name (baselines and the RL policy), each ``f(problem, seed) -> incumbent``.
+    preschedulers: dict[str, Callable] = {}
 
     def __init__(self, problem, settings: SolverSettings, seed: int):
         self.problem, self.settings, self.seed = problem, settings, seed
@@ -159,9 +164,9 @@ class _Run:
             return "best_baseline", self._best_baseline
         if callable(preschedule):
             return getattr(preschedule, "__name__", "custom"), preschedule
-        if preschedule not in self.baselines:
-            raise ValueError(f"unknown pre-scheduler {preschedule!r}; known: {sorted(self.baselines)}")
-        return preschedule, self.baselines[preschedule]
+        if preschedule not in self.preschedulers:
+            raise ValueError(f"unknown pre-scheduler {preschedule!r}; known: {sorted(self.preschedulers)}")
+        return preschedule, self.preschedulers[preschedule]
 
     def _status(self, objective, lower_bound, window_optimal: bool, proven_here: bool) -> str:
         if objective is None:
@@ -206,7 +211,8 @@ class _Run:
             terms=terms,
             method=method,
             seed=self.seed,
-            deterministic=self.settings.deterministic,
+            # A deterministic-time run the wall clock cut short may not repeat: say so.
+            deterministic=self.settings.deterministic and not self.budget.wall_capped,
             bound_source=bound_source,
             reason=reason,
             provenance={
@@ -221,6 +227,17 @@ class _Run:
         )
 
 
+def _rl_prescheduler(module: str) -> Callable:
+    """The learned policy's ``preschedule`` from ``module``, imported (with torch) on first use."""
+
+    def rl(problem, seed: int = 0):
+        from importlib import import_module
+
+        return import_module(module).preschedule(problem, seed)
+
+    return rl
+
+
 def _num(x) -> float | int:
     x = float(x)
     return int(x) if x.is_integer() else x
@@ -231,7 +248,7 @@ def _num(x) -> float | int:
 
 class _StageSolve(_Run):
     kind = "stage"
-    baselines = STAGE_BASELINES
+    preschedulers = {**STAGE_BASELINES, "rl": _rl_prescheduler("incsched.policy.stage_policy")}
 
     def _best_baseline(self, problem, seed):
         from .baselines.stage import best_baseline
@@ -264,13 +281,13 @@ class _StageSolve(_Run):
         if reason is not None:
             return self._result(method, "infeasible", None, None, "", {}, reason=reason)
         lb = float(stage_lower_bound(p))
-        if method in self.baselines:
+        if method in self.preschedulers:
             started = time.perf_counter()
-            stages = self.baselines[method](p, self.seed)
+            stages = self.preschedulers[method](p, self.seed)
             self._phase("preschedule", started)
             return self._finish(method, stages, lb, "combinatorial", window_optimal=False)
         if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.baselines)}")
+            raise ValueError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.preschedulers)}")
 
         hint = None
         if method in ("inc-ilp", "ilp-hinted"):
@@ -345,12 +362,12 @@ def _touches_edge(stages, window, K: int) -> bool:
 
 class _PlacementSolve(_Run):
     kind = "placement"
-    baselines = PLACEMENT_BASELINES
+    preschedulers = {**PLACEMENT_BASELINES, "rl": _rl_prescheduler("incsched.policy.placement_policy")}
 
     def _best_baseline(self, problem, seed) -> Placement:
         best = None
         for name in ("heft", "critical_path_list"):
-            placement = self.baselines[name](problem, seed)
+            placement = self.preschedulers[name](problem, seed)
             makespan = simulate(problem, placement, "ordered").makespan
             if best is None or makespan < best[0]:
                 best = (makespan, placement)
@@ -379,13 +396,13 @@ class _PlacementSolve(_Run):
 
         p = self.problem
         lb = float(placement_lower_bound(p))
-        if method in self.baselines:
+        if method in self.preschedulers:
             started = time.perf_counter()
-            placement = self.baselines[method](p, self.seed)
+            placement = self.preschedulers[method](p, self.seed)
             self._phase("preschedule", started)
             return self._finish(method, placement, lb, "combinatorial", False)
         if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.baselines)}")
+            raise ValueError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.preschedulers)}")
 
         best = None
         if method in ("inc-ilp", "ilp-hinted"):

@@ -16,6 +16,16 @@ STATUS_NAMES = {
 }
 
 
+def wall_cap(settings: SolverSettings) -> float:
+    """The wall-clock limit a deterministic run gets besides its deterministic-time budget."""
+    return 3.0 * (settings.max_deterministic_time or settings.time_limit) + 10.0
+
+
+def wall_capped(settings: SolverSettings, solver: cp_model.CpSolver) -> bool:
+    """Whether a deterministic run stopped on the wall clock (so its answer may not repeat)."""
+    return bool(settings.deterministic and solver.WallTime() >= 0.98 * wall_cap(settings))
+
+
 def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
     """A `CpSolver` configured for ``settings``: deterministic (one worker, deterministic time) or fast."""
     solver = cp_model.CpSolver()
@@ -28,8 +38,10 @@ def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
         # Only one worker under a deterministic-time budget is reproducible across machines.
         p.num_workers = 1
         p.max_deterministic_time = settings.max_deterministic_time or settings.time_limit
-        # A generous wall-clock cap guards against a slow machine running far past the budget.
-        p.max_time_in_seconds = max(10.0 * settings.time_limit, 60.0)
+        # A wall-clock cap keeps a loaded machine from running far past the budget (deterministic
+        # seconds can pass several times slower than wall seconds). A run stopped by it is not
+        # reproducible: `wall_capped` tells the caller, which must then say so.
+        p.max_time_in_seconds = wall_cap(settings)
     else:
         p.num_workers = settings.workers
         p.max_time_in_seconds = settings.time_limit

@@ -20,7 +20,7 @@ from incsched.evaluate.simulate import Schedule, simulate
 from incsched.problems.placement import Placement, PlacementError, PlacementProblem, PlacementWindow
 
 from .. import SolverOutput, SolverSettings
-from .params import STATUS_NAMES, make_solver
+from .params import STATUS_NAMES, make_solver, wall_capped
 
 __all__ = ["solve_placement"]
 
@@ -147,6 +147,7 @@ def solve_placement(
         "build_seconds": build_s,
         "solve_seconds": solver.WallTime(),
         "deterministic_time": solver.deterministic_time,
+        "wall_capped": wall_capped(settings, solver),
         "branches": solver.NumBranches(),
         "conflicts": solver.NumConflicts(),
         "n_variables": len(model.Proto().variables),

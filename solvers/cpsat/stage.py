@@ -18,7 +18,7 @@ from ortools.sat.python import cp_model
 from incsched.problems.stage import InfeasibleProblem, StageProblem
 
 from .. import SolverOutput, SolverSettings
-from .params import STATUS_NAMES, make_solver
+from .params import STATUS_NAMES, make_solver, wall_capped
 
 __all__ = ["solve_stage", "integer_weights"]
 
@@ -95,6 +95,7 @@ def solve_stage(
         n_free_nodes=int((allowed.sum(axis=1) > 1).sum()),
         build_seconds=build_time,
         deterministic_time=solver.DeterministicTime() if hasattr(solver, "DeterministicTime") else None,
+        wall_capped=wall_capped(settings, solver),
         workers=1 if settings.deterministic else settings.workers,
         deterministic=settings.deterministic,
         conflicts=solver.NumConflicts(),
