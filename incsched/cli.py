@@ -5,6 +5,8 @@
     incsched graph convert IN OUT [--edges EDGES.csv] [--out-edges EDGES.csv]
     incsched solve GRAPH --stages K [--alpha A | --weights ...] [--capacity B] [--method M] [--json OUT]
     incsched solve GRAPH --devices N [--bandwidth B] [--latency S] [--method M] [--json OUT]
+    incsched batch DIR -o OUTDIR (--stages K | --devices N) [--jobs N]
+    incsched train stage|placement --out CHECKPOINT
 """
 
 from __future__ import annotations
@@ -79,7 +81,20 @@ def _parser() -> argparse.ArgumentParser:
     bat.add_argument("--jobs", type=int, default=1, help="graphs solved at once (processes)")
     _add_problem_args(bat)
     bat.set_defaults(run=_batch)
+
+    tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
+    tr.add_argument("policy", choices=["stage", "placement"])
+    tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out data/models/stage_policy.pt")
+    tr.set_defaults(run=_train)
     return p
+
+
+def _train(args) -> int:
+    if args.policy == "stage":
+        from .train.stage import main as train_main
+    else:
+        from .train.placement import main as train_main
+    return train_main(args.args) or 0
 
 
 def _add_problem_args(p: argparse.ArgumentParser) -> None:

@@ -339,6 +339,10 @@ def icml24_like(n_nodes: int = 1000, sparse: bool = False, seed: int = 0) -> Com
         other += other >= lonely  # uniform over the other nodes
         pos_u = np.concatenate([pos_u, np.minimum(lonely, other)])
         pos_v = np.concatenate([pos_v, np.maximum(lonely, other)])
+        # Two lonely nodes may have drawn each other: keep each pair once, in draw order.
+        _, first = np.unique(pos_u * n_nodes + pos_v, return_index=True)
+        keep = np.sort(first)
+        pos_u, pos_v = pos_u[keep], pos_v[keep]
 
     # Positions are the hidden topological order; node indices (and names) are a shuffle of it.
     index_of_pos = rng.permutation(n_nodes)

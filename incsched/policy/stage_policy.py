@@ -1,0 +1,560 @@
+"""The learned stage pre-scheduler: a GNN that decodes one stage per node, in topological order.
+
+Pipeline position: `StageProblem` -> (this) -> incumbent stages + per-node confidence -> the
+relaxation step, which sizes each node's window from its confidence. The graph is embedded once by
+`GraphEncoder`; then nodes are decoded one by one in the graph's topological order. Each node's
+stage distribution comes from a small head that reads the node's embedding together with the
+*running state* of the decoding (every stage's load so far against the even share, the peak so
+far, the edges each choice would cross ...), and is masked to stages >= every predecessor's
+stage, so precedence holds by construction. The decode order is a depth-first topological order
+(`depth_first_order`), which keeps the branches of a block together. The same state features are computed for a whole
+trajectory at once (`trajectory_states`) to train by teacher forcing and policy gradient.
+
+`preschedule` is the pre-scheduler interface (``preschedule(problem, seed) -> stages``), "rl+dp":
+the best of the greedy decode and a few seeded sampled decodes, then re-cut exactly along the order
+the policy chose (stage, then topological position) by the contiguous-run dynamic program of
+`incsched.baselines.stage`. The cut only moves boundaries within the policy's own order, never
+falls back to another heuristic's order, and is kept only when the evaluator scores it no worse.
+`preschedule_policy` is the greedy policy alone, no sampling, no re-cut. `preschedule_with_fallback`
+("rl+fallback") also takes DeepSpeed's contiguous split when that is better, and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..evaluate.stage import evaluate_stages
+from ..problems.stage import StageProblem
+from .encoder import GraphEncoder
+from .features import edge_features, edge_index, node_features
+
+__all__ = [
+    "StagePolicy",
+    "StageDecoding",
+    "GraphTensors",
+    "graph_tensors",
+    "trajectory_states",
+    "STATE_FEATURES",
+    "preschedule",
+    "preschedule_policy",
+    "preschedule_with_fallback",
+    "recut_along_order",
+    "depth_first_order",
+]
+
+log = logging.getLogger(__name__)
+
+#: Running-state features of (node v, candidate stage k) while decoding; T = total params / K.
+STATE_FEATURES = (
+    "load_after",  # (params on stage k so far + p_v) / T
+    "load_before",  # params on stage k so far / T
+    "peak_rise",  # how much choosing k raises the peak stage load so far, / T
+    "peak_so_far",  # peak stage load so far / T
+    "stage_pos",  # k / K
+    "beyond_min",  # (k - earliest allowed stage) / K
+    "is_min",  # k is the earliest allowed stage
+    "done",  # params decoded so far / total params
+    "node_share",  # p_v / T
+    "cross",  # data-carrying in-edges' boundary crossings if v takes k, / (in-degree + 1)
+    "room_after",  # spare room of the stages k..K-1 (even share minus load, >= 0) / total params
+    "rest",  # params not yet decoded (v excluded) / total params
+    "target",  # the contiguous split's bottleneck (a peak known to be reachable) / T
+    "after_over_target",  # (params on stage k so far + p_v) / that bottleneck
+    "fits_target",  # stage k still holds v within that bottleneck
+)
+N_STATE = len(STATE_FEATURES)
+
+
+@dataclass(frozen=True)
+class GraphTensors:
+    """Everything the policy reads about one problem, computed once per problem."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    edge_attr: torch.Tensor
+    order: np.ndarray  # decode order (topological)
+    params: np.ndarray  # float64 param bytes
+    units: np.ndarray  # communication units per edge (0/1 in the peer form)
+    n_stages: int
+    target: float  # bottleneck of the parameter-balanced contiguous split of `order`
+
+
+def graph_tensors(problem: StageProblem) -> GraphTensors:
+    """Features, edges and decode order of ``problem`` (see `features`).
+
+    Parameters
+    ----------
+    problem : StageProblem
+
+    Returns
+    -------
+    GraphTensors
+    """
+    g = problem.graph
+    order = depth_first_order(g)
+    kahn = g.topological_order()
+    return GraphTensors(
+        x=node_features(g, n_slots=problem.n_stages, kind=problem.device_kind),
+        edge_index=edge_index(g),
+        edge_attr=edge_features(g),
+        order=order,
+        params=g.param_bytes.astype(np.float64),
+        units=(problem.graph.edge_bytes > 0).astype(np.float64),
+        n_stages=problem.n_stages,
+        target=min(_contiguous_bottleneck(g.param_bytes[o], problem.n_stages) for o in (order, kahn)),
+    )
+
+
+def depth_first_order(graph) -> np.ndarray:
+    """The decode order: a topological order that finishes a branch before starting the next.
+
+    Kahn's algorithm with a stack instead of a queue (ties by node index), so nodes of one
+    branch of a DNN block are decoded together and a contiguous run of the order is a
+    connected piece of the model -- the order pipeline partitioners cut best.
+    """
+    indeg = graph.in_degree.tolist()
+    ptr, nbr = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
+    stack = [v for v in range(graph.n_nodes - 1, -1, -1) if indeg[v] == 0]
+    order = []
+    while stack:
+        u = stack.pop()
+        order.append(u)
+        for k in range(ptr[u + 1] - 1, ptr[u] - 1, -1):
+            v = nbr[k]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                stack.append(v)
+    return np.asarray(order, dtype=np.int64)
+
+
+def _contiguous_bottleneck(loads: np.ndarray, K: int) -> float:
+    """Least peak at which ``loads`` (in order) split into K contiguous runs: binary search, greedy fill."""
+    prefix = np.concatenate([[0], np.cumsum(loads, dtype=np.int64)])
+    total = int(prefix[-1])
+
+    def fits(cap: int) -> bool:
+        i = 0
+        for _ in range(K):
+            i = int(np.searchsorted(prefix, prefix[i] + cap, side="right")) - 1
+            if i >= len(loads):
+                return True
+        return False
+
+    lo, hi = int(loads.max(initial=0)), total
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(lo)
+
+
+def _state(mem: np.ndarray, peak: float, done: float, p_v: float, lo: int, cross_a: float, cross_b: float,
+           deg: int, total: float, K: int, ks: np.ndarray, target: float) -> np.ndarray:
+    """State features ``[K, N_STATE]`` of one node; the single definition both code paths follow."""
+    T = total / K if total > 0 else 1.0
+    P = total if total > 0 else 1.0
+    after = mem + p_v
+    spare = np.maximum(T - mem, 0.0)
+    room = np.cumsum(spare[::-1])[::-1] / P
+    return np.stack(
+        [
+            after / T,
+            mem / T,
+            np.maximum(after - peak, 0.0) / T,
+            np.full(K, peak / T),
+            ks / K,
+            (ks - lo) / K,
+            (ks == lo).astype(np.float64),
+            np.full(K, done / P),
+            np.full(K, p_v / T),
+            (cross_a * ks - cross_b) / (deg + 1),
+            room,
+            np.full(K, (P - done - p_v) / P if total > 0 else 0.0),
+            np.full(K, target / T),
+            after / max(target, 1.0),
+            (after <= target).astype(np.float64),
+        ],
+        axis=1,
+    )
+
+
+def trajectory_states(gt: GraphTensors, stages: np.ndarray, edge_src: np.ndarray, edge_dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """State features of every node along a complete trajectory, as the sequential decoder saw them.
+
+    Parameters
+    ----------
+    gt : GraphTensors
+    stages : int array (n,)
+        A precedence-feasible assignment (a label, or a sampled trajectory).
+    edge_src, edge_dst : int arrays (m,)
+        The graph's edges.
+
+    Returns
+    -------
+    states : float array (n, K, N_STATE), in node index order
+    lo : int array (n,), each node's earliest allowed stage (max over its predecessors)
+    """
+    n, K = len(stages), gt.n_stages
+    order = gt.order
+    ks = np.arange(K, dtype=np.float64)
+    p = gt.params
+    total = float(p.sum())
+    # Loads of each stage from the nodes decoded before each position (exclusive prefix sums).
+    onehot = np.zeros((n, K))
+    onehot[np.arange(n), stages[order]] = p[order]
+    mem_before = np.vstack([np.zeros((1, K)), np.cumsum(onehot, axis=0)[:-1]])
+    peak_before = np.maximum.accumulate(mem_before.max(axis=1))
+    done_before = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])
+    lo = np.zeros(n, dtype=np.int64)
+    np.maximum.at(lo, edge_dst, stages[edge_src])
+    cross_a = np.bincount(edge_dst, weights=gt.units, minlength=n)
+    cross_b = np.bincount(edge_dst, weights=gt.units * stages[edge_src], minlength=n)
+    deg = np.bincount(edge_dst, minlength=n)
+    states = np.empty((n, K, N_STATE))
+    for i, v in enumerate(order.tolist()):
+        states[v] = _state(mem_before[i], peak_before[i], done_before[i], p[v], int(lo[v]), cross_a[v], cross_b[v],
+                           int(deg[v]), total, K, ks, gt.target)
+    return states, lo
+
+
+@dataclass(frozen=True)
+class StageDecoding:
+    """One decoded assignment: stages, the probability of each chosen stage, and the total log-probability."""
+
+    stages: np.ndarray
+    confidence: np.ndarray
+    log_prob: float
+    seconds: float
+
+
+class StagePolicy(nn.Module):
+    """Per-node stage distributions from a `GraphEncoder` embedding and the decoding's running state.
+
+    ``logit(v, k) = w . relu(A h_v + B state(v, k) + b) + c``, masked to k >= max over predecessors.
+
+    Parameters
+    ----------
+    hidden : int
+        Encoder width.
+    n_layers : int
+        Encoder message-passing rounds.
+    decoder_hidden : int
+        Width of the per-(node, stage) head.
+    """
+
+    def __init__(self, hidden: int = 32, n_layers: int = 3, decoder_hidden: int = 32):
+        super().__init__()
+        self.config = {"hidden": hidden, "n_layers": n_layers, "decoder_hidden": decoder_hidden}
+        self.encoder = GraphEncoder(hidden=hidden, n_layers=n_layers)
+        self.node_proj = nn.Linear(hidden, decoder_hidden)
+        self.state_proj = nn.Linear(N_STATE, decoder_hidden, bias=False)
+        self.out = nn.Linear(decoder_hidden, 1)
+
+    # ---------------------------------------------------------------- batched (training)
+
+    def node_terms(self, gt: GraphTensors) -> torch.Tensor:
+        """``A h_v + b`` for every node, ``[n, decoder_hidden]`` (the graph-dependent half of the head)."""
+        return self.node_proj(self.encoder(gt.x, gt.edge_index, gt.edge_attr))
+
+    def log_probs(self, gt: GraphTensors, states: np.ndarray, lo: np.ndarray, node_terms: torch.Tensor | None = None) -> torch.Tensor:
+        """Masked log-probabilities of every stage for every node, given trajectory states.
+
+        ``states`` is ``[n, K, N_STATE]`` (one trajectory) or ``[S, n, K, N_STATE]`` (S trajectories
+        of one graph, sharing one encoder pass); ``lo`` is ``[n]`` or ``[S, n]``. Returns
+        ``[n, K]`` or ``[S, n, K]``.
+        """
+        a = self.node_terms(gt) if node_terms is None else node_terms
+        s = torch.from_numpy(states.astype(np.float32))
+        logits = self.out(torch.relu(a[..., :, None, :] + self.state_proj(s))).squeeze(-1)
+        K = gt.n_stages
+        mask = torch.from_numpy(np.arange(K) < lo[..., None])
+        return torch.log_softmax(logits.masked_fill(mask, float("-inf")), dim=-1)
+
+    # ---------------------------------------------------------------- sequential (inference)
+
+    @torch.no_grad()
+    def decode(self, problem: StageProblem, *, greedy: bool = True, rng: np.random.Generator | None = None,
+               gt: GraphTensors | None = None) -> StageDecoding:
+        """Decode one stage per node in `depth_first_order`.
+
+        Parameters
+        ----------
+        problem : StageProblem
+        greedy : bool
+            Take each node's most likely stage (inference); else sample (training).
+        rng : numpy.random.Generator, optional
+            For sampling; required when ``greedy`` is False.
+        gt : GraphTensors, optional
+            Precomputed `graph_tensors` of ``problem``.
+
+        Returns
+        -------
+        StageDecoding
+            Stages (precedence-feasible by construction), per-node confidence (probability of the
+            chosen stage), total log-probability, and wall seconds. A hard capacity is honoured
+            best-effort only: stages it rules out for a node are masked while another stage can
+            still take the node (the policy was trained without capacities); the evaluator decides.
+        """
+        t0 = time.perf_counter()
+        if not greedy and rng is None:
+            raise ValueError("sampling needs an rng")
+        gt = gt or graph_tensors(problem)
+        g, K = problem.graph, problem.n_stages
+        n = g.n_nodes
+        a = self.node_terms(gt).numpy().astype(np.float64)
+        # The head is linear in the state before its relu, so the hidden layer is assembled from
+        # per-feature rows of B (same values as `_state` @ B, far fewer numpy calls per node).
+        B = self.state_proj.weight.detach().numpy().astype(np.float64).T  # (N_STATE, D)
+        f = {name: i for i, name in enumerate(STATE_FEATURES)}
+        w = self.out.weight.detach().numpy().astype(np.float64)[0]
+        c = float(self.out.bias.detach())
+        p = gt.params
+        total = float(p.sum())
+        T = total / K if total > 0 else 1.0
+        P = total if total > 0 else 1.0
+        ks = np.arange(K, dtype=np.float64)
+        stage_rows = np.outer(ks / K, B[f["stage_pos"]] + B[f["beyond_min"]])
+        mem_row = B[f["load_after"]] + B[f["load_before"]]
+        b_rise, b_room = B[f["peak_rise"]], B[f["room_after"]]
+        b_min, b_beyond, b_cross = B[f["is_min"]], B[f["beyond_min"]], B[f["cross"]]
+        b_peak, b_done, b_share, b_rest = B[f["peak_so_far"]], B[f["done"]], B[f["node_share"]], B[f["rest"]]
+        b_after = B[f["load_after"]]
+        target = max(gt.target, 1.0)
+        b_target, b_aot, b_fits = B[f["target"]], B[f["after_over_target"]], B[f["fits_target"]]
+        target_part = (gt.target / T) * b_target
+        cap = problem.capacity_array()
+        # Scalar state features (one value for every stage) and per-stage ones, each with its rows of B.
+        B_scalar = np.stack([b_after + b_share, b_peak, b_done, -b_beyond, -b_cross, b_rest])
+        B_stage = np.stack([b_rise, b_room, b_aot, b_fits, b_cross])
+        scalars = np.zeros(len(B_scalar))
+        per_stage_buf = np.zeros((K, len(B_stage)))
+        a = a + target_part
+        mem_part = np.zeros((K, len(w)))  # mem[k] / T * (B_load_after + B_load_before), kept up to date
+        pred_ptr, pred_idx, pred_edge = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
+        units = gt.units.tolist()
+        p_list = p.tolist()
+        stages = np.zeros(n, dtype=np.int64)
+        st = [0] * n
+        conf = np.zeros(n)
+        mem = np.zeros(K)
+        room = np.cumsum(np.full(K, T))[::-1] / P  # spare room of stages k..K-1 while all are empty
+        peak = done = 0.0
+        log_prob = 0.0
+        for v in gt.order.tolist():
+            lo, ca, cb = 0, 0.0, 0.0
+            for j in range(pred_ptr[v], pred_ptr[v + 1]):
+                su = st[pred_idx[j]]
+                if su > lo:
+                    lo = su
+                u = units[pred_edge[j]]
+                ca += u
+                cb += u * su
+            pv = p_list[v]
+            if lo == K - 1:
+                choice, prob = K - 1, 1.0
+            else:
+                deg1 = pred_ptr[v + 1] - pred_ptr[v] + 1
+                scalars[:] = (pv / T, peak / T, done / P, lo / K, cb / deg1, ((P - done - pv) / P) if total > 0 else 0.0)
+                m = mem[lo:]
+                after = m + pv
+                per_stage = per_stage_buf[: K - lo]
+                np.maximum(after - peak, 0.0, out=per_stage[:, 0])
+                per_stage[:, 0] /= T
+                per_stage[:, 1] = room[lo:]
+                np.divide(after, target, out=per_stage[:, 2])
+                per_stage[:, 3] = after <= gt.target
+                np.multiply(ks[lo:], ca / deg1, out=per_stage[:, 4])
+                h = (a[v] + scalars @ B_scalar) + stage_rows[lo:] + mem_part[lo:] + per_stage @ B_stage
+                h[0] += b_min
+                z = np.maximum(h, 0.0) @ w + c
+                if cap is not None:
+                    # Best effort on hard capacity: stages that cannot take v are masked while any can.
+                    fits = after <= cap[lo:]
+                    if fits.any():
+                        z = np.where(fits, z, -np.inf)
+                z = np.exp(z - z.max())
+                z /= z.sum()
+                if greedy:
+                    i = int(np.argmax(z))
+                else:
+                    i = int(min(np.searchsorted(np.cumsum(z), rng.random()), len(z) - 1))
+                choice, prob = lo + i, float(z[i])
+            st[v] = choice
+            conf[v] = prob
+            log_prob += float(np.log(max(prob, 1e-300)))
+            if pv:
+                mem[choice] += pv
+                mem_part[choice] += (pv / T) * mem_row
+                if mem[choice] > peak:
+                    peak = mem[choice]
+                room = np.cumsum(np.maximum(T - mem, 0.0)[::-1])[::-1] / P
+            done += pv
+        stages[:] = st
+        return StageDecoding(stages, conf, log_prob, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------- pre-scheduler interface
+
+
+def recut_along_order(problem: StageProblem, stages: np.ndarray) -> np.ndarray:
+    """Re-cut an assignment exactly along its own order: the best contiguous split of (stage, topo position).
+
+    Sorting nodes by (stage, topological position) gives a topological order in which the given
+    assignment is one contiguous split; the contiguous-run dynamic program then finds the best
+    split of that same order (memory-capped runs of least communication, several caps), and the
+    result is kept only if `evaluate_stages` scores it no worse than ``stages``.
+
+    Parameters
+    ----------
+    problem : StageProblem
+    stages : int array (n,)
+        A precedence-feasible assignment.
+
+    Returns
+    -------
+    numpy.ndarray
+        Stages, never worse than ``stages`` under the problem's objective.
+    """
+    from ..baselines.stage import _bottleneck, _dp_cuts, _positions_to_stages
+
+    g, K = problem.graph, problem.n_stages
+    if K == 1 or g.n_nodes == 0:
+        return np.asarray(stages, dtype=np.int64)
+    base = evaluate_stages(problem, stages)
+    best, best_key = np.asarray(stages, dtype=np.int64), (not base.feasible, base.objective)
+    w = problem.weights
+    # Within a stage the policy fixes no order; both topological tie-breaks are tried.
+    for tie_order in (depth_first_order(g), g.topological_order()):
+        pos = np.empty(g.n_nodes, dtype=np.int64)
+        pos[tie_order] = np.arange(g.n_nodes)
+        order = np.lexsort((pos, stages))
+        mem = np.repeat(g.param_bytes[order][:, None], K, axis=1)
+        ticks = problem.node_ticks[order]
+        caps = [None]
+        if w.mem_peak > 0:
+            b = _bottleneck(mem)
+            caps = sorted({b + (b * f) // 1000 for f in (0, 5, 20)} | {int(base.mem_peak)})
+        time_cap = _bottleneck(ticks) if w.compute_peak > 0 else None
+        for cap in caps:
+            cuts = _dp_cuts(problem, order, mem, ticks, cap, time_cap)
+            if cuts is None:
+                continue
+            cand = _positions_to_stages(order, cuts)
+            ev = evaluate_stages(problem, cand)
+            key = (not ev.feasible, ev.objective)
+            if key < best_key:
+                best, best_key = cand, key
+    return best
+
+
+_DEFAULT: dict[str, StagePolicy] = {}
+
+
+def _default_policy() -> StagePolicy:
+    if "stage" not in _DEFAULT:
+        from .checkpoint import default_stage_checkpoint, load_stage_policy
+
+        _DEFAULT["stage"] = load_stage_policy(default_stage_checkpoint())[0]
+    return _DEFAULT["stage"]
+
+
+def preschedule_policy(problem: StageProblem, seed: int = 0, policy: StagePolicy | None = None) -> np.ndarray:
+    """The shipped stage policy alone, greedy: stages in topological order, no re-cut.
+
+    Parameters
+    ----------
+    problem : StageProblem
+    seed : int
+        Accepted for the common interface; greedy decoding does not depend on it.
+    policy : StagePolicy, optional
+        Default: the shipped checkpoint ``data/models/stage_policy.pt``.
+
+    Returns
+    -------
+    numpy.ndarray
+        One stage per node, precedence-feasible.
+    """
+    policy = policy or _default_policy()
+    return policy.decode(problem).stages
+
+
+#: Sampled decodes `preschedule` adds by default: 16, fewer on large graphs (about 16,000 node
+#: decodes in all, so a 1,000-node graph costs 16 samples and a 10,000-node one only the greedy).
+SAMPLE_NODE_BUDGET = 16_000
+MAX_SAMPLES = 16
+
+
+def preschedule(problem: StageProblem, seed: int = 0, policy: StagePolicy | None = None, n_samples: int | None = None) -> np.ndarray:
+    """"rl+dp": the best of the policy's greedy and sampled decodes, re-cut along its own order.
+
+    The policy decodes greedily and ``n_samples`` times by sampling (seeded by ``seed``, so the
+    result is reproducible); the evaluator picks the best of these (feasible first); the greedy
+    and the best sampled assignments are each re-cut by `recut_along_order` and the better kept.
+    No other heuristic's assignment or order enters, so this is the policy's own answer.
+
+    Parameters
+    ----------
+    problem : StageProblem
+    seed : int
+        Seeds the sampled decodes.
+    policy : StagePolicy, optional
+        Default: the shipped checkpoint.
+    n_samples : int, optional
+        Sampled decodes; default ``min(MAX_SAMPLES, SAMPLE_NODE_BUDGET // n_nodes)``. 0 gives the
+        greedy decode re-cut.
+
+    Returns
+    -------
+    numpy.ndarray
+        One stage per node, precedence-feasible, never worse than `preschedule_policy`'s.
+    """
+    policy = policy or _default_policy()
+    n = problem.graph.n_nodes
+    if n_samples is None:
+        n_samples = min(MAX_SAMPLES, SAMPLE_NODE_BUDGET // max(n, 1))
+    gt = graph_tensors(problem)
+    greedy = policy.decode(problem, gt=gt).stages
+    candidates = [greedy]
+    if n_samples > 0:
+        rng = np.random.default_rng(seed)
+        samples = [policy.decode(problem, greedy=False, rng=rng, gt=gt).stages for _ in range(n_samples)]
+        candidates.append(min(samples, key=lambda s: _rank(problem, s)))
+    recut = [recut_along_order(problem, s) for s in candidates]
+    return min(recut, key=lambda s: _rank(problem, s))
+
+
+def preschedule_with_fallback(problem: StageProblem, seed: int = 0, policy: StagePolicy | None = None) -> np.ndarray:
+    """"rl+fallback": `preschedule`'s answer or DeepSpeed's contiguous split, whichever is better.
+
+    Not the policy's own answer: the fallback exists because the policy (even with its re-cut)
+    is sometimes worse than the contiguous split on generated DNN-like graphs (see
+    benchmarks/rl_stage.py), and an incumbent should never be worse than the obvious one.
+
+    Parameters
+    ----------
+    problem : StageProblem
+    seed : int
+    policy : StagePolicy, optional
+
+    Returns
+    -------
+    numpy.ndarray
+        One stage per node, never worse than `incsched.baselines.stage.contiguous_params`.
+    """
+    from ..baselines.stage import contiguous_params
+
+    candidates = [preschedule(problem, seed, policy), contiguous_params(problem, seed)]
+    return min(candidates, key=lambda s: _rank(problem, s))
+
+
+def _rank(problem: StageProblem, stages: np.ndarray) -> tuple[bool, float]:
+    ev = evaluate_stages(problem, stages)
+    return (not ev.feasible, ev.objective)

@@ -1,0 +1,1 @@
+"""Training loops of the learned pre-schedulers (stage policy here; the CLI's ``incsched train`` calls them)."""
