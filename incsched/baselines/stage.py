@@ -80,7 +80,7 @@ def pipedream_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
         return np.zeros(g.n_nodes, dtype=np.int64)
     w = problem.weights
     best, best_key = None, None
-    for order in (g.topological_order(), _depth_first_order(g)):
+    for order in (g.topological_order(), g.topological_order(depth_first=True)):
         mem = np.repeat(g.param_bytes[order][:, None], K, axis=1)
         ticks = problem.node_ticks[order]
         mem_caps = [None]
@@ -145,23 +145,6 @@ def _positions_to_stages(order: np.ndarray, cuts: np.ndarray) -> np.ndarray:
     stages = np.empty(n, dtype=np.int64)
     stages[order] = stage_at
     return stages
-
-
-def _depth_first_order(g: CompGraph) -> np.ndarray:
-    """A topological order that finishes a branch before starting the next (Kahn with a stack)."""
-    indeg = g.in_degree.tolist()
-    ptr, nbr = g.succ_ptr.tolist(), g.succ_idx.tolist()
-    stack = [v for v in range(g.n_nodes - 1, -1, -1) if indeg[v] == 0]
-    order = []
-    while stack:
-        u = stack.pop()
-        order.append(u)
-        for k in range(ptr[u + 1] - 1, ptr[u] - 1, -1):
-            v = nbr[k]
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    return np.asarray(order, dtype=np.int64)
 
 
 def _prefix(load: np.ndarray) -> np.ndarray:

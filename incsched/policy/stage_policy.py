@@ -112,25 +112,8 @@ def graph_tensors(problem: StageProblem) -> GraphTensors:
 
 
 def depth_first_order(graph) -> np.ndarray:
-    """The decode order: a topological order that finishes a branch before starting the next.
-
-    Kahn's algorithm with a stack instead of a queue (ties by node index), so nodes of one
-    branch of a DNN block are decoded together and a contiguous run of the order is a
-    connected piece of the model -- the order pipeline partitioners cut best.
-    """
-    indeg = graph.in_degree.tolist()
-    ptr, nbr = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
-    stack = [v for v in range(graph.n_nodes - 1, -1, -1) if indeg[v] == 0]
-    order = []
-    while stack:
-        u = stack.pop()
-        order.append(u)
-        for k in range(ptr[u + 1] - 1, ptr[u] - 1, -1):
-            v = nbr[k]
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    return np.asarray(order, dtype=np.int64)
+    """The decode order: `CompGraph.topological_order` depth first, so a block's branch decodes together."""
+    return graph.topological_order(depth_first=True)
 
 
 def _contiguous_bottleneck(loads: np.ndarray, K: int) -> float:
