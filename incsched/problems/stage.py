@@ -276,6 +276,20 @@ class StageProblem:
         if reason is not None:
             raise InfeasibleProblem(f"stage problem on graph {self.graph.name!r} is infeasible: {reason}")
 
+    def allowed_or_reason(self, window: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray | None, str | None]:
+        """`allowed_stages`, or the reason there is nothing to solve: every back end's first step.
+
+        Returns ``(allowed, None)``, or ``(None, reason)`` when `infeasibility` finds a reason or
+        the window leaves some node no stage.
+        """
+        reason = self.infeasibility()
+        if reason is not None:
+            return None, reason
+        try:
+            return self.allowed_stages(window), None
+        except InfeasibleProblem as exc:
+            return None, str(exc)
+
     def allowed_stages(self, window: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Which stages each node may take, shape (n_nodes, K), after every cheap deduction.
 

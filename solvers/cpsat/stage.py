@@ -15,7 +15,7 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from incsched.problems.stage import InfeasibleProblem, StageProblem
+from incsched.problems.stage import StageProblem
 
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
@@ -59,13 +59,7 @@ def solve_stage(
     """
     start = time.perf_counter()
     info: dict = {"time_unit": problem.time_unit}
-    reason = problem.infeasibility()
-    allowed = None
-    if reason is None:
-        try:
-            allowed = problem.allowed_stages(window)
-        except InfeasibleProblem as exc:
-            reason = str(exc)
+    allowed, reason = problem.allowed_or_reason(window)
     if reason is not None:
         info["reason"] = reason
         return SolverOutput("infeasible", None, None, None, time.perf_counter() - start, BACKEND, info=info)

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pulp
 
-from incsched.problems.stage import InfeasibleProblem, StageProblem
+from incsched.problems.stage import StageProblem
 
 from .. import SolverOutput, SolverSettings
 
@@ -78,13 +78,7 @@ def solve_stage_milp(
     start = time.perf_counter()
     name = f"milp-{backend}"
     info: dict = {"time_unit": problem.time_unit}
-    reason = problem.infeasibility()
-    allowed = None
-    if reason is None:
-        try:
-            allowed = problem.allowed_stages(window)
-        except InfeasibleProblem as exc:
-            reason = str(exc)
+    allowed, reason = problem.allowed_or_reason(window)
     if reason is not None:
         info["reason"] = reason
         return SolverOutput("infeasible", None, None, None, time.perf_counter() - start, name, info=info)
