@@ -24,6 +24,7 @@ __all__ = [
     "contiguous_compute",
     "pipedream_dp",
     "dp_local_search",
+    "best_split_of_order",
     "STAGE_BASELINES",
     "best_baseline",
 ]
@@ -75,35 +76,58 @@ def pipedream_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
     order and a depth-first one, which keeps branches together and so crosses fewer edges.
     ``comm_peak`` is only evaluated, not optimised.
     """
-    g, K = problem.graph, problem.n_stages
-    if K == 1 or g.n_nodes == 0:
+    g = problem.graph
+    if problem.n_stages == 1 or g.n_nodes == 0:
         return np.zeros(g.n_nodes, dtype=np.int64)
-    w = problem.weights
     best, best_key = None, None
     for order in (g.topological_order(), g.topological_order(depth_first=True)):
-        mem = np.repeat(g.param_bytes[order][:, None], K, axis=1)
-        ticks = problem.node_ticks[order]
-        mem_caps = [None]
-        if w.mem_peak > 0:
-            b = _bottleneck(mem)
-            mem_caps = [b + (b * f) // 1000 for f in (0, 2, 5, 10, 20, 50, 100, 200)] + [None]
-        time_caps = [None]
-        if w.compute_peak > 0:
-            b = _bottleneck(ticks)
-            time_caps = [b + (b * f) // 1000 for f in (0, 10, 50, 200)] + [None]
-        for mem_cap in mem_caps:
-            for time_cap in time_caps:
-                cuts = _dp_cuts(problem, order, mem, ticks, mem_cap, time_cap)
-                if cuts is None:
-                    continue
-                stages = _positions_to_stages(order, cuts)
-                ev = evaluate_stages(problem, stages)
-                key = (not ev.feasible, ev.objective)
-                if best_key is None or key < best_key:
-                    best, best_key = stages, key
+        stages, key = best_split_of_order(problem, order)
+        if stages is not None and (best_key is None or key < best_key):
+            best, best_key = stages, key
     if best is None:  # no contiguous split meets the hard capacity: hand back the memory-balanced one
         return contiguous_params(problem, seed)
     return best
+
+
+def best_split_of_order(
+    problem: StageProblem,
+    order: np.ndarray,
+    *,
+    mem_factors=(0, 2, 5, 10, 20, 50, 100, 200),
+    time_factors=(0, 10, 50, 200),
+    extra_mem_caps=(),
+    uncapped: bool = True,
+) -> tuple[np.ndarray | None, tuple]:
+    """The best cut of one topological ``order`` into K contiguous runs, by the evaluator.
+
+    For each cap on run memory (the order's best contiguous bottleneck loosened by each of
+    ``mem_factors`` per mille, plus ``extra_mem_caps``) and on run time (likewise), the DP finds
+    the cuts of least ``comm_total`` + ``spill`` within the caps and the hard capacity; with
+    ``uncapped`` an unlimited cap is tried too. Returns the best stages and their (infeasible,
+    objective) key, or ``(None, ())`` when no cut meets the caps.
+    """
+    g, K, w = problem.graph, problem.n_stages, problem.weights
+    mem = np.repeat(g.param_bytes[order][:, None], K, axis=1)
+    ticks = problem.node_ticks[order]
+
+    def caps(load, weight, factors, extra=()):
+        if weight <= 0:
+            return [None]
+        b = _bottleneck(load)
+        return sorted({b + (b * f) // 1000 for f in factors} | set(extra)) + ([None] if uncapped else [])
+
+    best, best_key = None, ()
+    for mem_cap in caps(mem, w.mem_peak, mem_factors, extra_mem_caps):
+        for time_cap in caps(ticks, w.compute_peak, time_factors):
+            cuts = _dp_cuts(problem, order, mem, ticks, mem_cap, time_cap)
+            if cuts is None:
+                continue
+            stages = _positions_to_stages(order, cuts)
+            ev = evaluate_stages(problem, stages)
+            key = (not ev.feasible, ev.objective)
+            if best is None or key < best_key:
+                best, best_key = stages, key
+    return best, best_key
 
 
 #: Every stage pre-scheduler by name, for `solve()`, the CLI and the benchmarks.

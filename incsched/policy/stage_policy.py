@@ -406,35 +406,23 @@ def recut_along_order(problem: StageProblem, stages: np.ndarray) -> np.ndarray:
     numpy.ndarray
         Stages, never worse than ``stages`` under the problem's objective.
     """
-    from ..baselines.stage import _bottleneck, _dp_cuts, _positions_to_stages
+    from ..baselines.stage import best_split_of_order
 
-    g, K = problem.graph, problem.n_stages
-    if K == 1 or g.n_nodes == 0:
+    g = problem.graph
+    if problem.n_stages == 1 or g.n_nodes == 0:
         return np.asarray(stages, dtype=np.int64)
     base = evaluate_stages(problem, stages)
     best, best_key = np.asarray(stages, dtype=np.int64), (not base.feasible, base.objective)
-    w = problem.weights
     # Within a stage the policy fixes no order; both topological tie-breaks are tried.
     for tie_order in (depth_first_order(g), g.topological_order()):
         pos = np.empty(g.n_nodes, dtype=np.int64)
         pos[tie_order] = np.arange(g.n_nodes)
         order = np.lexsort((pos, stages))
-        mem = np.repeat(g.param_bytes[order][:, None], K, axis=1)
-        ticks = problem.node_ticks[order]
-        caps = [None]
-        if w.mem_peak > 0:
-            b = _bottleneck(mem)
-            caps = sorted({b + (b * f) // 1000 for f in (0, 5, 20)} | {int(base.mem_peak)})
-        time_cap = _bottleneck(ticks) if w.compute_peak > 0 else None
-        for cap in caps:
-            cuts = _dp_cuts(problem, order, mem, ticks, cap, time_cap)
-            if cuts is None:
-                continue
-            cand = _positions_to_stages(order, cuts)
-            ev = evaluate_stages(problem, cand)
-            key = (not ev.feasible, ev.objective)
-            if key < best_key:
-                best, best_key = cand, key
+        cand, key = best_split_of_order(
+            problem, order, mem_factors=(0, 5, 20), time_factors=(0,), extra_mem_caps=(int(base.mem_peak),), uncapped=False
+        )
+        if cand is not None and key < best_key:
+            best, best_key = cand, key
     return best
 
 
