@@ -305,7 +305,7 @@ class _StageSolve(_Run):
         if method == "inc-ilp":
             best, window_optimal, proven = self._windows(solve_stage, hint, radius, lb)
             if proven:
-                return self._finish(method, best, lb, "window-covers-problem", window_optimal=True, proven=True)
+                return self._finish(method, best, lb, "cpsat-full", window_optimal=True, proven=True)
             if self.check(best).objective <= lb:
                 return self._finish(method, best, lb, "combinatorial", window_optimal=True)
             if self.whole_bound is not None:  # the whole model already had the budget
