@@ -138,52 +138,79 @@ def _balance_by_swaps(problem: StageProblem, s: np.ndarray, net: np.ndarray, wid
     units = problem.edge_comm
     mem = np.zeros(K, dtype=np.int64)
     np.add.at(mem, s, params)
+    def search(a: int, b: int, lo, hi, accept):
+        """The best exchange of a node of stage a for a lighter node of stage b that ``accept`` allows."""
+        U = np.flatnonzero((s == a) & (params > 0) & (lo <= b) & (hi >= b))
+        V = np.flatnonzero((s == b) & (lo <= a) & (hi >= a))
+        if U.size == 0:
+            return None
+        order = np.argsort(params[V], kind="stable")
+        V, pv = V[order], params[V][order]
+        want = params[U] - (int(mem[a]) - int(mem[b])) // 2  # p_v that would level the two stages
+        pos = np.searchsorted(pv, want)
+        best = None
+        for i, u in enumerate(U.tolist()):
+            for j in range(pos[i] - width, pos[i] + width):
+                if not 0 <= j < V.size:
+                    continue
+                d = int(params[u]) - int(pv[j])  # bytes moved from a to b
+                if d <= 0:
+                    continue
+                new_mem = mem.copy()
+                new_mem[a] -= d
+                new_mem[b] += d
+                v = int(V[j])
+                key = accept(new_mem, lambda: _swap_comm_delta(g, s, units, net, u, v, a, b))
+                if key is not None and (best is None or key < best[0]):
+                    best = (key, u, v, new_mem)
+        return best
+
+    def lowers_peak(new_mem, delta_comm_fn):
+        peak = int(mem.max())
+        if new_mem.max() > peak or (new_mem.max() == peak and (new_mem == peak).sum() >= (mem == peak).sum()):
+            return None
+        delta_comm = delta_comm_fn()
+        if delta_comm is None:
+            return None
+        gain = w.mem_peak * (peak - int(new_mem.max())) - w.comm_total * delta_comm
+        fewer_peaks = (new_mem == peak).sum() < (mem == peak).sum()
+        return (-gain, delta_comm) if gain > 0 or (gain == 0 and fewer_peaks) else None
+
+    def flattens(new_mem, delta_comm_fn):
+        # Between two lighter stages: keep the objective, lower the sum of squared loads, so that
+        # the next exchange with the peak stage finds partners of the right size.
+        if new_mem.max() > mem.max():
+            return None
+        delta_comm = delta_comm_fn()
+        if delta_comm is None or delta_comm > 0:
+            return None
+        squares = int((new_mem.astype(np.float64) ** 2).sum() - (mem.astype(np.float64) ** 2).sum())
+        return (delta_comm, squares) if squares < 0 else None
+
     for _ in range(max_rounds):
         lo, hi = _ranges(g, s, K)
         a = int(np.argmax(mem))
-        peak = int(mem[a])
-        accepted = False
+        found = None
         for b in np.argsort(mem, kind="stable").tolist():
-            if b == a or mem[b] >= peak:
-                continue
-            U = np.flatnonzero((s == a) & (params > 0) & (lo <= b) & (hi >= b))
-            V = np.flatnonzero((s == b) & (lo <= a) & (hi >= a))
-            if U.size == 0:
-                continue
-            order = np.argsort(params[V], kind="stable")
-            V, pv = V[order], params[V][order]
-            want = params[U] - (peak - int(mem[b])) // 2  # p_v that would level the two stages
-            pos = np.searchsorted(pv, want)
-            best = None
-            for i, u in enumerate(U.tolist()):
-                for j in range(pos[i] - width, pos[i] + width):
-                    if not 0 <= j < V.size:
-                        continue
-                    v = int(V[j])
-                    d = int(params[u]) - int(pv[j])  # bytes moved from a to b
-                    if d <= 0:
-                        continue
-                    new_mem = mem.copy()
-                    new_mem[a] -= d
-                    new_mem[b] += d
-                    if new_mem.max() > peak or (new_mem.max() == peak and (new_mem == peak).sum() >= (mem == peak).sum()):
-                        continue
-                    delta_comm = _swap_comm_delta(g, s, units, net, u, v, a, b)
-                    if delta_comm is None:
-                        continue
-                    gain = w.mem_peak * (peak - int(new_mem.max())) - w.comm_total * delta_comm
-                    fewer_peaks = (new_mem == peak).sum() < (mem == peak).sum()
-                    if gain > 0 or (gain == 0 and fewer_peaks):
-                        key = (-gain, delta_comm)
-                        if best is None or key < best[0]:
-                            best = (key, u, v, new_mem)
-            if best is not None:
-                _, u, v, mem = best
-                s[u], s[v] = b, a
-                accepted = True
-                break
-        if not accepted:
+            if b != a and mem[b] < mem[a]:
+                found = search(a, b, lo, hi, lowers_peak)
+                if found is not None:
+                    s[found[1]], s[found[2]] = b, a
+                    break
+        if found is None:
+            by_load = np.argsort(-mem, kind="stable").tolist()
+            for x in by_load[1:]:
+                for y in reversed(by_load):
+                    if mem[y] + 1 < mem[x]:
+                        found = search(x, y, lo, hi, flattens)
+                        if found is not None:
+                            s[found[1]], s[found[2]] = y, x
+                            break
+                if found is not None:
+                    break
+        if found is None:
             break
+        mem = found[3]
     return s
 
 
