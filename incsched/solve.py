@@ -12,6 +12,7 @@ give the same result on any machine with the same library versions.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -22,7 +23,7 @@ from solvers import SolverOutput, SolverSettings
 
 from .baselines.placement import PLACEMENT_BASELINES
 from .baselines.stage import STAGE_BASELINES
-from .bounds import placement_lower_bound, stage_lower_bound
+from .bounds import placement_lower_bound, stage_lower_bound, stage_term_bounds
 from .errors import IncschedError
 from .evaluate.simulate import simulate
 from .evaluate.stage import evaluate_stages
@@ -312,7 +313,28 @@ class _StageSolve(_Run):
                 bound, source = (self.whole_bound, "cpsat-full") if self.whole_bound > lb else (lb, "combinatorial")
                 return self._finish(method, best, bound, source, window_optimal=False)
 
-        return self._prove(method, lambda settings: solve_stage(p, settings, hint=best), best, lb, window_optimal)
+        exact = p if method != "inc-ilp" else self._objective_window(self.check(best).objective)
+        return self._prove(method, lambda settings: solve_stage(exact, settings, hint=best), best, lb, window_optimal)
+
+    def _objective_window(self, incumbent_objective: float) -> StageProblem:
+        """The problem with a hard stage-memory cap that no answer at least as good can exceed.
+
+        An answer of objective <= the incumbent's has ``w_mem * mem_peak <= objective - (every other
+        term's weighted lower bound)``, so capping every stage there removes only worse answers:
+        the capped optimum is the global optimum and its bound a global bound. CP-SAT derives the
+        same from its objective only during search; as a capacity it prunes stage domains in
+        presolve (measured: inception_v3 K=8 proof 13.3 s -> 1.3 s, resnet50 K=8 2.6 s -> 0.24 s).
+        """
+        p = self.problem
+        w = p.weights.as_dict()
+        if w["mem_peak"] <= 0:
+            return p
+        others = sum(w[t] * b for t, b in stage_term_bounds(p).items() if t != "mem_peak")
+        # The tolerance keeps float weights from rounding a reachable memory just under the cap.
+        cap = math.floor((incumbent_objective - others) / w["mem_peak"] + 1e-9)
+        caps = [cap] * p.n_stages if p.capacity is None else [min(cap, c) for c in p.capacity]
+        self.windows.append({"phase": "objective-window", "mem_cap": min(caps)})
+        return replace(p, capacity=tuple(caps))
 
     def _windows(self, solve_stage, incumbent, radius: int, lb: float):
         """Solve inside windows around the incumbent, re-centring and widening while it improves."""
@@ -333,7 +355,8 @@ class _StageSolve(_Run):
             # The whole problem as a window is the proof itself: it gets the whole budget.
             limit = self.budget.left() if everything else phase.left()
             started = time.perf_counter()
-            out = solve_stage(p, replace(self.settings, time_limit=max(limit, 1e-3)), window=window, hint=best)
+            exact = self._objective_window(best_obj)
+            out = solve_stage(exact, replace(self.settings, time_limit=max(limit, 1e-3)), window=window, hint=best)
             self.budget.charge(out)
             phase.charge(out)
             self._phase("window", started)

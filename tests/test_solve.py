@@ -107,3 +107,22 @@ def test_placement_inc_ilp_is_simulated_and_no_worse_than_heuristics(placement_p
 def test_unknown_method_is_rejected(stage_problem):
     with pytest.raises(ValueError, match="unknown method"):
         solve(stage_problem, "simulated-annealing")
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "weights",
+    [
+        dict(mem_peak=100, comm_total=1),
+        dict(mem_peak=1, compute_peak=2, comm_total=0.5),
+        dict(mem_peak=0.3, comm_peak=7, spill=1),
+    ],
+)
+def test_inc_ilp_objective_window_keeps_the_global_optimum(seed, weights):
+    from incsched.problems import ObjectiveWeights
+
+    g = layered_dag(14, n_layers=4, mean_in_degree=1.7, param_bytes=(0, 3000), out_bytes=(0, 50), flops=(0, 1e8), seed=seed)
+    p = StageProblem(g, 3, ObjectiveWeights(**weights), comm="edges", spill_capacity=2000 if "spill" in weights else None)
+    inc, cold = solve(p, "inc-ilp", time_limit=10), solve(p, "ilp", time_limit=10)
+    assert inc.status == cold.status == "optimal"
+    assert inc.objective == pytest.approx(cold.objective)
