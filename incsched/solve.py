@@ -61,6 +61,7 @@ class _Budget:
     deterministic: bool
     spent: float = 0.0
     started: float = 0.0
+    wall_capped: bool = False  # a deterministic run was cut by the wall clock: not reproducible
 
     def __post_init__(self):
         self.started = time.perf_counter()
@@ -73,8 +74,6 @@ class _Budget:
         self.spent += float(out.info.get("deterministic_time") or 0.0) if self.deterministic else 0.0
         if out.info.get("wall_capped"):
             self.wall_capped = True
-
-    wall_capped: bool = False
 
 
 def solve(
