@@ -6,12 +6,14 @@
     incsched solve GRAPH --stages K [--alpha A | --weights ...] [--capacity B] [--method M] [--json OUT]
     incsched solve GRAPH --devices N [--bandwidth B] [--latency S] [--method M] [--json OUT]
     incsched batch DIR -o OUTDIR (--stages K | --devices N) [--jobs N]
+    incsched validate --model resnet50 --result RESULT.json [--devices cuda:0,cpu]
     incsched train stage|placement --out CHECKPOINT
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -82,11 +84,50 @@ def _parser() -> argparse.ArgumentParser:
     _add_problem_args(bat)
     bat.set_defaults(run=_batch)
 
+    val = sub.add_parser("validate", help="execute a solved result on real devices: outputs checked, measured vs predicted")
+    val.add_argument("--model", required=True, help="zoo model the result was solved for (see graph capture)")
+    val.add_argument("--result", required=True, help="result JSON written by incsched solve --json")
+    val.add_argument("--devices", help="torch devices, one per stage or device, e.g. cuda:0,cpu (default: cpu for each)")
+    val.add_argument("--graph", help="graph file whose node times predict (default: measure them while capturing)")
+    val.add_argument("--batch-size", type=int, default=1)
+    val.add_argument("--seq-len", type=int, default=128)
+    val.add_argument("--micro-batches", type=int, default=4, help="stage results: micro-batches in the pipeline")
+    val.add_argument("--repeats", type=int, default=3, help="timed runs (median reported) after one warm-up")
+    val.add_argument("--json", metavar="OUT", help="write the validation as JSON (atomically)")
+    val.set_defaults(run=_validate)
+
     tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
     tr.add_argument("policy", choices=["stage", "placement"])
     tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out data/models/stage_policy.pt")
     tr.set_defaults(run=_train)
     return p
+
+
+def _validate(args) -> int:
+    from .capture import capture, zoo
+    from .execute import validate_result
+    from .jsonio import write_json
+    from .result import Result
+
+    result = Result.load(args.result)
+    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len)
+    captured = capture(model, inputs, measure=args.graph is None, name=args.model)
+    if args.graph:
+        timed = _read_graph(args.graph, None)
+        if timed.structure_digest() != captured.graph.structure_digest():
+            raise IncschedError(f"{args.graph}: not the graph of {args.model} as captured here (nodes or edges differ)")
+        captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time))
+    devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
+    v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats)
+    what = f"{v.micro_batches} micro-batches" if v.kind == "stage" else "solved per-device order"
+    print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}")
+    print(f"outputs match the unsplit model (max |diff| {v.max_abs_diff:.3g}); medians of {v.repeats} runs after a warm-up")
+    print(v.table())
+    for note in v.notes:
+        print(f"note: {note}")
+    if args.json:
+        write_json(args.json, v.to_json(), indent=1)
+    return 0
 
 
 def _train(args) -> int:

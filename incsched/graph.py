@@ -7,6 +7,7 @@ everything downstream may assume a well-formed acyclic graph with finite, non-ne
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from types import MappingProxyType
@@ -420,6 +421,16 @@ class CompGraph:
             "measured_time_s": {k: float(v.sum()) for k, v in sorted(self.compute_time.items())},
             "op_kinds": len(set(self.op)),
         }
+
+    def structure_digest(self) -> str:
+        """SHA-256 of the node names and the edge set: equal for re-captures of one model, whatever
+        their measured costs, so a result can be matched to the graph it was solved for."""
+        h = hashlib.sha256()
+        h.update("\n".join(self.names).encode())
+        edges = np.lexsort((self.dst, self.src))
+        h.update(np.ascontiguousarray(self.src[edges], dtype="<i8").tobytes())
+        h.update(np.ascontiguousarray(self.dst[edges], dtype="<i8").tobytes())
+        return h.hexdigest()
 
     # ------------------------------------------------------------------ copies and comparison
 

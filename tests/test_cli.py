@@ -97,3 +97,26 @@ def test_shipped_graph_info(capsys):
         pytest.skip("no shipped graphs")
     assert main(["graph", "info", str(shipped[0])]) == 0
     assert "total parameters" in capsys.readouterr().out
+
+
+def test_validate_executes_a_solved_result(tmp_path, capsys):
+    graph = REPO / "data" / "graphs" / "resnet18.json.gz"
+    result = tmp_path / "r.json"
+    assert main(["solve", str(graph), "--stages", "2", "--method", "contiguous_params", "--json", str(result)]) == 0
+    out_json = tmp_path / "v.json"
+    argv = ["validate", "--model", "resnet18", "--result", str(result), "--graph", str(graph), "--repeats", "1", "--micro-batches", "2", "--json", str(out_json)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "outputs match the unsplit model" in out and "| makespan_s |" in out
+    data = json.loads(out_json.read_text())
+    assert data["kind"] == "stage" and data["predicted"]["makespan_s"] > 0 and data["measured"]["makespan_s"] > 0
+    # the predictions use the shipped graph's measured times
+    assert data["predicted"]["latency_s"] == pytest.approx(float(load_graph(graph).time("cpu").sum()))
+
+
+def test_validate_rejects_a_result_for_another_model(tmp_path, capsys):
+    result = tmp_path / "r.json"
+    assert main(["solve", str(REPO / "data/graphs/resnet18.json.gz"), "--stages", "2", "--method", "asap", "--json", str(result)]) == 0
+    vgg = str(REPO / "data/graphs/vgg16.json.gz")
+    assert main(["validate", "--model", "vgg16", "--result", str(result), "--graph", vgg, "--repeats", "1"]) == 1
+    assert "assigns 69 nodes" in capsys.readouterr().err

@@ -1,0 +1,52 @@
+"""Execution: run a solved stage assignment or placement on real devices and check it.
+
+partition (``split_module`` along stages or placement segments, weights moved into their parts)
+-> run (one worker per stage or device, in the solved order; GPipe micro-batches for pipelines)
+-> equivalence (outputs against the unsplit model; the first diverging node on a mismatch)
+-> validation (measured beside predicted; rank correlation over several placements).
+"""
+
+from .equivalence import Divergence, OutputMismatch, check_execution, check_outputs, first_divergence, reference_outputs
+from .partition import ExecutionError, Part, Program, Ref, partition, placement_program, segments, stage_program
+from .runner import Execution, TaskRecord, execute, pipeline_plan, placement_plan, prepare
+from .validate import (
+    Validation,
+    device_problem,
+    micro_batches,
+    predict_pipeline,
+    rank_placements,
+    validate_placement,
+    validate_result,
+    validate_stages,
+)
+
+__all__ = [
+    "Divergence",
+    "Execution",
+    "ExecutionError",
+    "OutputMismatch",
+    "Part",
+    "Program",
+    "Ref",
+    "TaskRecord",
+    "Validation",
+    "check_execution",
+    "check_outputs",
+    "device_problem",
+    "execute",
+    "first_divergence",
+    "micro_batches",
+    "partition",
+    "pipeline_plan",
+    "placement_plan",
+    "placement_program",
+    "predict_pipeline",
+    "prepare",
+    "rank_placements",
+    "reference_outputs",
+    "segments",
+    "stage_program",
+    "validate_placement",
+    "validate_result",
+    "validate_stages",
+]

@@ -1,0 +1,340 @@
+"""Validation: execute a solved stage assignment or placement and set what it measured beside what the
+cost model predicted.
+
+The last arrow of the pipeline. A stage assignment runs as a GPipe pipeline over micro-batches, a
+placement in its solved per-device order; the outputs are checked against the unsplit model before
+anything is timed. Predictions use the same graph times the solver used: a pipeline's per-stage sums
+(``sum T_k + (M - 1) max T_k`` for M micro-batches), a placement's simulated schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..capture import Capture
+from ..evaluate.simulate import simulate
+from ..problems.placement import Device, Links, Placement, PlacementProblem
+from .equivalence import check_execution
+from .partition import ExecutionError, Program, placement_program, stage_program
+from .runner import Execution, cpu_threads_per_worker, execute, pipeline_plan, placement_plan, prepare
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Validation",
+    "micro_batches",
+    "predict_pipeline",
+    "validate_stages",
+    "validate_placement",
+    "validate_result",
+    "rank_placements",
+    "device_problem",
+]
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Measured against predicted for one executed answer.
+
+    Attributes
+    ----------
+    graph : str
+    kind : {"stage", "placement"}
+    devices : list of str
+        The torch device of each stage or device.
+    micro_batches : int
+        Micro-batches per run (1 for a placement).
+    repeats : int
+        Timed runs (after one untimed warm-up run); measured figures are medians over them.
+    max_abs_diff : float
+        Largest difference between the split run's outputs and the unsplit model's (all checked).
+    predicted, measured : dict
+        ``makespan_s``, ``busy_s`` (per worker) and, for pipelines, ``latency_s`` and
+        ``throughput`` (micro-batches per second); ``measured`` adds ``peak_bytes`` per worker.
+    """
+
+    graph: str
+    kind: str
+    devices: list[str]
+    micro_batches: int
+    repeats: int
+    max_abs_diff: float
+    predicted: dict[str, Any]
+    measured: dict[str, Any]
+    parts: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def relative_error(self) -> dict[str, float]:
+        """(measured - predicted) / predicted for every scalar figure both sides have."""
+        out = {}
+        for key, p in self.predicted.items():
+            m = self.measured.get(key)
+            if isinstance(p, (int, float)) and isinstance(m, (int, float)) and p:
+                out[key] = (m - p) / p
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph,
+            "kind": self.kind,
+            "devices": self.devices,
+            "micro_batches": self.micro_batches,
+            "repeats": self.repeats,
+            "parts": self.parts,
+            "max_abs_diff": self.max_abs_diff,
+            "predicted": self.predicted,
+            "measured": self.measured,
+            "relative_error": self.relative_error(),
+            "notes": self.notes,
+        }
+
+    def table(self) -> str:
+        """A markdown table: figure | predicted | measured | relative error."""
+        rel = self.relative_error()
+        rows = ["| figure | predicted | measured | rel. error |", "|---|---|---|---|"]
+        for key in ("makespan_s", "latency_s", "throughput"):
+            if key in self.predicted:
+                rows.append(f"| {key} | {self.predicted[key]:.4g} | {self.measured[key]:.4g} | {rel.get(key, math.nan):+.1%} |")
+        for w, (p, m) in enumerate(zip(self.predicted["busy_s"], self.measured["busy_s"])):
+            err = (m - p) / p if p else math.nan
+            rows.append(f"| busy_s[{w}] ({self.devices[w]}) | {p:.4g} | {m:.4g} | {err:+.1%} |")
+        for w, b in enumerate(self.measured.get("peak_bytes", [])):
+            rows.append(f"| peak_bytes[{w}] | | {b / 2**20:.1f} MiB | |")
+        return "\n".join(rows)
+
+
+def micro_batches(example_inputs: Sequence[Any], n: int, seed: int = 0) -> list[tuple[Any, ...]]:
+    """``n`` input batches shaped like ``example_inputs``: the example itself, then random ones.
+
+    Floating inputs are drawn from a standard normal, integer inputs (token ids) uniformly below the
+    example's largest value plus one, so every micro-batch is valid input for the model.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    out = [tuple(example_inputs)]
+    for _ in range(n - 1):
+        batch = []
+        for x in example_inputs:
+            if isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
+                batch.append(torch.randn(x.shape, generator=gen, dtype=x.dtype))
+            elif isinstance(x, torch.Tensor) and x.dtype in (torch.int32, torch.int64):
+                high = int(x.max()) + 1 if x.numel() else 1
+                batch.append(torch.randint(0, high, x.shape, generator=gen, dtype=x.dtype))
+            else:
+                batch.append(x)
+        out.append(tuple(batch))
+    return out
+
+
+def device_problem(graph, devices: Sequence[str], links: Links | None = None) -> PlacementProblem:
+    """The placement problem of ``graph`` on these torch devices (times per device kind).
+
+    Without measured ``links``, transfers are free between devices of one kind (threads sharing
+    host memory) and cost nothing either way; pass `incsched.execute.calibrate` measurements for CPU+GPU.
+    """
+    devs = [Device(name=f"{d}#{i}", kind=torch.device(d).type) for i, d in enumerate(devices)]
+    return PlacementProblem(graph, devs, links or Links())
+
+
+def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_micro_batches: int, links: Links | None = None) -> dict[str, Any]:
+    """Cost-model figures of a forward GPipe pipeline.
+
+    ``T_k`` = the stage's node times on its device kind plus the transfers into it from stages on
+    other devices; latency ``sum T_k``; makespan ``sum T_k + (M - 1) max T_k``.
+    """
+    stages = np.asarray(stages, dtype=np.int64)
+    K = len(devices)
+    lat, bw = (links or Links()).matrices(K)
+    T = np.zeros(K)
+    for k in range(K):
+        kind = torch.device(devices[k]).type
+        T[k] = float(graph.time(kind)[stages == k].sum())
+    sent = set()
+    for u, v in zip(graph.src.tolist(), graph.dst.tolist()):
+        a, b = int(stages[u]), int(stages[v])
+        if a != b and devices[a] != devices[b] and (u, b) not in sent:
+            sent.add((u, b))
+            T[b] += lat[a, b] + float(graph.out_bytes[u]) / bw[a, b]
+    makespan = float(T.sum() + (n_micro_batches - 1) * T.max())
+    return {
+        "makespan_s": makespan,
+        "latency_s": float(T.sum()),
+        "throughput": n_micro_batches / makespan if makespan > 0 else math.inf,
+        "busy_s": [float(t) * n_micro_batches for t in T],
+    }
+
+
+def _timed_runs(program: Program, batches, devices, plan, repeats: int) -> tuple[Execution, list[Execution]]:
+    threads = cpu_threads_per_worker(devices)
+    first = execute(program, batches, devices, plan, threads=threads)  # warm-up; its outputs are checked
+    runs = [execute(program, batches, devices, plan, threads=threads) for _ in range(repeats)]
+    return first, runs
+
+
+def _measured(runs: list[Execution], pipeline: bool) -> dict[str, Any]:
+    med = statistics.median
+    out: dict[str, Any] = {
+        "makespan_s": med(r.makespan for r in runs),
+        "busy_s": [med(r.busy()[w] for r in runs) for w in range(len(runs[0].devices))],
+        "peak_bytes": [max(r.peak_bytes[w] for r in runs) for w in range(len(runs[0].devices))],
+    }
+    if pipeline:
+        out["latency_s"] = med(r.latency() for r in runs)
+        out["throughput"] = med(r.throughput() for r in runs)
+    return out
+
+
+def validate_stages(
+    capture: Capture,
+    stages: Sequence[int],
+    devices: Sequence[str],
+    *,
+    n_micro_batches: int = 4,
+    repeats: int = 3,
+    links: Links | None = None,
+    seed: int = 0,
+) -> Validation:
+    """Run a stage assignment as a pipeline on ``devices`` (one per stage), check and time it.
+
+    Raises
+    ------
+    OutputMismatch
+        If the pipeline's outputs differ from the unsplit model's (naming the first diverging node).
+    ExecutionError
+        If the assignment cannot be partitioned or a part fails.
+    """
+    K = len(devices)
+    stages = np.asarray(stages, dtype=np.int64)
+    if stages.size and stages.max() >= K:
+        raise ExecutionError(f"the assignment uses {int(stages.max()) + 1} stages but {K} devices were given")
+    program = stage_program(capture, stages, K)
+    prepare(program, devices)
+    batches = micro_batches(capture.example_inputs, n_micro_batches, seed)
+    plan = pipeline_plan(program, n_micro_batches)
+    first, runs = _timed_runs(program, batches, devices, plan, repeats)
+    worst = check_execution(capture, program, batches, first, devices)
+    return Validation(
+        graph=capture.graph.name,
+        kind="stage",
+        devices=list(devices),
+        micro_batches=n_micro_batches,
+        repeats=repeats,
+        max_abs_diff=worst,
+        predicted=predict_pipeline(capture.graph, stages, devices, n_micro_batches, links),
+        measured=_measured(runs, pipeline=True),
+        parts=len(program.parts),
+    )
+
+
+def validate_placement(
+    capture: Capture,
+    placement: Placement,
+    devices: Sequence[str],
+    *,
+    repeats: int = 3,
+    links: Links | None = None,
+    seed: int = 0,
+) -> Validation:
+    """Run a placement in its solved per-device order on ``devices``, check and time it.
+
+    Predictions come from the simulator on `device_problem` (the same graph times, these devices).
+    """
+    if placement.n_devices != len(devices):
+        raise ExecutionError(f"the placement uses {placement.n_devices} devices but {len(devices)} were given")
+    program, order = placement_program(capture, placement)
+    prepare(program, devices)
+    batches = micro_batches(capture.example_inputs, 1, seed)
+    first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats)
+    worst = check_execution(capture, program, batches, first, devices)
+    sched = simulate(device_problem(capture.graph, devices, links), placement, "ordered")
+    unit = sched.makespan_seconds / sched.makespan if sched.makespan else 0.0  # seconds per tick
+    return Validation(
+        graph=capture.graph.name,
+        kind="placement",
+        devices=list(devices),
+        micro_batches=1,
+        repeats=repeats,
+        max_abs_diff=worst,
+        predicted={"makespan_s": float(sched.makespan_seconds), "busy_s": [float(b) * unit for b in sched.busy]},
+        measured=_measured(runs, pipeline=False),
+        parts=len(program.parts),
+    )
+
+
+def rank_placements(
+    capture: Capture,
+    placements: Mapping[str, Placement],
+    devices: Sequence[str],
+    *,
+    repeats: int = 3,
+    links: Links | None = None,
+) -> tuple[list[dict[str, Any]], float]:
+    """Execute several placements; does the cost model order them as the devices do?
+
+    Returns
+    -------
+    (rows, spearman)
+        Per placement: name, predicted and measured makespan (s); and Spearman's rank correlation
+        between the two columns (nan with fewer than three placements or constant columns).
+    """
+    from scipy.stats import spearmanr
+
+    rows = []
+    for name, placement in placements.items():
+        v = validate_placement(capture, placement, devices, repeats=repeats, links=links)
+        rows.append({"placement": name, "predicted_s": v.predicted["makespan_s"], "measured_s": v.measured["makespan_s"], "parts": v.parts})
+    if len(rows) < 3:
+        return rows, math.nan
+    rho = spearmanr([r["predicted_s"] for r in rows], [r["measured_s"] for r in rows]).statistic
+    return rows, float(rho)
+
+
+def validate_result(
+    capture: Capture,
+    result,
+    devices: Sequence[str] | None = None,
+    *,
+    n_micro_batches: int = 4,
+    repeats: int = 3,
+    links: Links | None = None,
+) -> Validation:
+    """Execute a `Result` of ``solve()`` on the captured model it was solved for.
+
+    ``devices`` default to one ``"cpu"`` per stage or device of the result.
+
+    Raises
+    ------
+    ExecutionError
+        If the result was solved for another graph (node count or structure differ), or is not
+        executable (no assignment, e.g. ``infeasible``).
+    """
+    graph = capture.graph
+    assignment = result.assignment
+    if assignment is None:
+        raise ExecutionError(f"result for {result.graph!r} has no assignment to execute (status {result.status})")
+    if len(assignment) != graph.n_nodes:
+        raise ExecutionError(f"result for {result.graph!r} assigns {len(assignment)} nodes but the captured {graph.name!r} has {graph.n_nodes}")
+    digest = result.provenance.get("graph_digest")
+    if digest is not None and digest != graph.structure_digest():
+        raise ExecutionError(f"result was solved for a graph with other nodes or edges than the captured {graph.name!r} (structure digest differs)")
+    if result.problem == "stage":
+        K = int(max(assignment)) + 1
+        devices = list(devices) if devices else ["cpu"] * K
+        if len(devices) < K:
+            raise ExecutionError(f"the result uses {K} stages but only {len(devices)} devices were given")
+        v = validate_stages(capture, assignment, devices, n_micro_batches=n_micro_batches, repeats=repeats, links=links)
+    else:
+        placement = Placement(result.device, result.order)
+        devices = list(devices) if devices else ["cpu"] * placement.n_devices
+        v = validate_placement(capture, placement, devices, repeats=repeats, links=links)
+    threads = cpu_threads_per_worker(devices)
+    if threads:
+        v.notes.append(f"{sum(torch.device(d).type == 'cpu' for d in devices)} workers share the CPU: {threads} intra-op thread(s) each while measured")
+    return v
