@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--seq-len", type=int, default=128)
     val.add_argument("--micro-batches", type=int, default=4, help="stage results: micro-batches in the pipeline")
     val.add_argument("--repeats", type=int, default=3, help="timed runs (median reported) after one warm-up")
+    val.add_argument("--processes", action="store_true", help="one process per stage/device over torch.distributed (gloo) instead of threads")
     val.add_argument("--json", metavar="OUT", help="write the validation as JSON (atomically)")
     val.set_defaults(run=_validate)
 
@@ -118,7 +119,7 @@ def _validate(args) -> int:
             raise IncschedError(f"{args.graph}: not the graph of {args.model} as captured here (nodes or edges differ)")
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time))
     devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
-    v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats)
+    v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, processes=args.processes)
     what = f"{v.micro_batches} micro-batches" if v.kind == "stage" else "solved per-device order"
     print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}")
     print(f"outputs match the unsplit model (max |diff| {v.max_abs_diff:.3g}); medians of {v.repeats} runs after a warm-up")

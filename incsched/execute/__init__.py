@@ -1,11 +1,13 @@
 """Execution: run a solved stage assignment or placement on real devices and check it.
 
 partition (``split_module`` along stages or placement segments, weights moved into their parts)
--> run (one worker per stage or device, in the solved order; GPipe micro-batches for pipelines)
+-> run (one worker per stage or device, in the solved order; GPipe micro-batches for pipelines;
+   threads in one process, or one process per worker over torch.distributed)
 -> equivalence (outputs against the unsplit model; the first diverging node on a mismatch)
 -> validation (measured beside predicted; rank correlation over several placements).
 """
 
+from .distributed import execute_distributed
 from .equivalence import Divergence, OutputMismatch, check_execution, check_outputs, first_divergence, reference_outputs
 from .partition import ExecutionError, Part, Program, Ref, partition, placement_program, segments, stage_program
 from .runner import Execution, TaskRecord, execute, pipeline_plan, placement_plan, prepare
@@ -34,6 +36,7 @@ __all__ = [
     "check_outputs",
     "device_problem",
     "execute",
+    "execute_distributed",
     "first_divergence",
     "micro_batches",
     "partition",

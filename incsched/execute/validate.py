@@ -22,6 +22,7 @@ import torch
 from ..capture import Capture
 from ..evaluate.simulate import simulate
 from ..problems.placement import Device, Links, Placement, PlacementProblem
+from .distributed import execute_distributed
 from .equivalence import check_execution
 from .partition import ExecutionError, Program, placement_program, stage_program
 from .runner import Execution, cpu_threads_per_worker, execute, pipeline_plan, placement_plan, prepare
@@ -171,11 +172,20 @@ def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_mic
     }
 
 
-def _timed_runs(program: Program, batches, devices, plan, repeats: int) -> tuple[Execution, list[Execution]]:
+def _timed_runs(program: Program, batches, devices, plan, repeats: int, processes: bool) -> tuple[Execution, list[Execution]]:
     threads = cpu_threads_per_worker(devices)
-    first = execute(program, batches, devices, plan, threads=threads)  # warm-up; its outputs are checked
-    runs = [execute(program, batches, devices, plan, threads=threads) for _ in range(repeats)]
-    return first, runs
+    if processes:
+        backend = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
+
+        def run():
+            return execute_distributed(program, batches, devices, plan, backend=backend, threads=threads or 1)
+    else:
+
+        def run():
+            return execute(program, batches, devices, plan, threads=threads)
+
+    first = run()  # warm-up; its outputs are the ones checked
+    return first, [run() for _ in range(repeats)]
 
 
 def _measured(runs: list[Execution], pipeline: bool) -> dict[str, Any]:
@@ -200,8 +210,12 @@ def validate_stages(
     repeats: int = 3,
     links: Links | None = None,
     seed: int = 0,
+    processes: bool = False,
 ) -> Validation:
     """Run a stage assignment as a pipeline on ``devices`` (one per stage), check and time it.
+
+    ``processes=True`` runs one process per stage over ``torch.distributed`` (gloo; NCCL when every
+    stage is on a GPU) instead of one thread per stage.
 
     Raises
     ------
@@ -218,7 +232,7 @@ def validate_stages(
     prepare(program, devices)
     batches = micro_batches(capture.example_inputs, n_micro_batches, seed)
     plan = pipeline_plan(program, n_micro_batches)
-    first, runs = _timed_runs(program, batches, devices, plan, repeats)
+    first, runs = _timed_runs(program, batches, devices, plan, repeats, processes)
     worst = check_execution(capture, program, batches, first, devices)
     return Validation(
         graph=capture.graph.name,
@@ -241,6 +255,7 @@ def validate_placement(
     repeats: int = 3,
     links: Links | None = None,
     seed: int = 0,
+    processes: bool = False,
 ) -> Validation:
     """Run a placement in its solved per-device order on ``devices``, check and time it.
 
@@ -251,7 +266,7 @@ def validate_placement(
     program, order = placement_program(capture, placement)
     prepare(program, devices)
     batches = micro_batches(capture.example_inputs, 1, seed)
-    first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats)
+    first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats, processes)
     worst = check_execution(capture, program, batches, first, devices)
     sched = simulate(device_problem(capture.graph, devices, links), placement, "ordered")
     unit = sched.makespan_seconds / sched.makespan if sched.makespan else 0.0  # seconds per tick
@@ -304,6 +319,7 @@ def validate_result(
     n_micro_batches: int = 4,
     repeats: int = 3,
     links: Links | None = None,
+    processes: bool = False,
 ) -> Validation:
     """Execute a `Result` of ``solve()`` on the captured model it was solved for.
 
@@ -329,12 +345,13 @@ def validate_result(
         devices = list(devices) if devices else ["cpu"] * K
         if len(devices) < K:
             raise ExecutionError(f"the result uses {K} stages but only {len(devices)} devices were given")
-        v = validate_stages(capture, assignment, devices, n_micro_batches=n_micro_batches, repeats=repeats, links=links)
+        v = validate_stages(capture, assignment, devices, n_micro_batches=n_micro_batches, repeats=repeats, links=links, processes=processes)
     else:
         placement = Placement(result.device, result.order)
         devices = list(devices) if devices else ["cpu"] * placement.n_devices
-        v = validate_placement(capture, placement, devices, repeats=repeats, links=links)
+        v = validate_placement(capture, placement, devices, repeats=repeats, links=links, processes=processes)
     threads = cpu_threads_per_worker(devices)
+    v.notes.append("one process per worker (torch.distributed)" if processes else "one thread per worker")
     if threads:
         v.notes.append(f"{sum(torch.device(d).type == 'cpu' for d in devices)} workers share the CPU: {threads} intra-op thread(s) each while measured")
     return v

@@ -1,0 +1,203 @@
+"""A real multi-process run: one process per stage or device, tensors passed over ``torch.distributed``.
+
+The threaded runner shares one address space; here each worker is its own process with its own
+cores (gloo on CPU, NCCL where each rank has its own GPU), and every tensor that crosses a worker
+boundary is really sent. Point-to-point ``isend``/``recv`` are used rather than
+``torch.distributed.pipelining``'s stages because a solved stage assignment is not a chain: stage 3
+may read stage 0's output directly (skip connections), and a placement's segments form a DAG. Each
+value is sent once per receiving process, tagged by (part, output, micro-batch) so that receives can
+be posted in the receiver's own order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from .partition import ExecutionError, Program
+from .runner import Execution, TaskRecord
+
+log = logging.getLogger(__name__)
+
+__all__ = ["execute_distributed"]
+
+_TIMEOUT_S = 600.0
+
+
+def execute_distributed(
+    program: Program,
+    batches: Sequence[Sequence[Any]],
+    devices: Sequence[str],
+    plan: Sequence[Sequence[tuple[int, int]]],
+    *,
+    backend: str = "gloo",
+    threads: int = 1,
+) -> Execution:
+    """Run ``plan`` with one process per worker (spawned), passing tensors with ``torch.distributed``.
+
+    Parameters
+    ----------
+    program, batches, devices, plan
+        As for `incsched.execute.execute`. The processes are forked (Linux), so each inherits the
+        parts; only the tensors crossing processes travel.
+    backend : str
+        ``"gloo"`` (CPU tensors) or ``"nccl"`` (one GPU per rank).
+    threads : int
+        Intra-op threads per process.
+
+    Returns
+    -------
+    Execution
+        Outputs on the CPU; records with start and end on the machine's monotonic clock, relative
+        to the earliest start (processes on one machine share that clock).
+
+    Raises
+    ------
+    ExecutionError
+        If a value crossing processes is not a tensor, or a process fails (its error is named).
+    """
+    world = len(plan)
+    shapes = _crossing_shapes(program, batches[:1])
+    # fork: the children inherit the parts; export's graph modules cannot be pickled for spawn
+    ctx = mp.get_context("fork")
+    results = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory(prefix="incsched-dist-") as tmp:
+        store = os.path.join(tmp, "store")
+        procs = [
+            ctx.Process(target=_rank_main, args=(r, world, store, backend, threads, program, list(batches), list(devices), [list(t) for t in plan], shapes, results), daemon=True)
+            for r in range(world)
+        ]
+        for p in procs:
+            p.start()
+        reports = {}
+        deadline = time.monotonic() + _TIMEOUT_S
+        while len(reports) < world:
+            if time.monotonic() > deadline:
+                break
+            if results.empty():
+                if any(p.exitcode not in (None, 0) for p in procs) and results.empty():
+                    break
+                time.sleep(0.01)
+                continue
+            rank, report = results.get()
+            reports[rank] = report
+            if isinstance(report, str):  # one rank failed: the others may wait on it forever
+                break
+        for p in procs:
+            p.join(timeout=5 if len(reports) == world else 0.5)
+            if p.is_alive():
+                p.kill()
+    errors = [f"rank {r}: {rep}" for r, rep in sorted(reports.items()) if isinstance(rep, str)]
+    if errors or len(reports) < world:
+        missing = sorted(set(range(world)) - set(reports))
+        raise ExecutionError("distributed run failed: " + "; ".join(errors + ([f"ranks {missing} did not report"] if missing else [])))
+    records: list[TaskRecord] = []
+    values: dict[tuple[int, int, int], torch.Tensor] = {}
+    for rep in reports.values():
+        records += rep["records"]
+        values.update({k: torch.from_numpy(v) if hasattr(v, "__array__") else v for k, v in rep["outputs"].items()})
+    t0 = min(r.start for r in records)
+    records = sorted((TaskRecord(r.part, r.micro_batch, r.worker, r.start - t0, r.end - t0) for r in records), key=lambda r: (r.start, r.worker))
+    outputs = [[batches[m][ref.index] if ref.part is None else values[(ref.part, ref.index, m)] for ref in program.outputs] for m in range(len(batches))]
+    makespan = max(r.end for r in records) if records else 0.0
+    peaks = [reports[r]["peak_bytes"] for r in range(world)]
+    return Execution(outputs, records, makespan, [str(d) for d in devices[:world]], peaks)
+
+
+def _crossing_shapes(program: Program, batches) -> dict[tuple[int, int], tuple[tuple[int, ...], torch.dtype]]:
+    """Shape and dtype of every part output another worker reads, from one sequential dry run."""
+    needed = {(ref.part, ref.index) for part in program.parts for ref in part.inputs if ref.part is not None and program.parts[ref.part].worker != part.worker}
+    outs: list[tuple] = []
+    shapes = {}
+    with torch.no_grad():
+        for p, part in enumerate(program.parts):
+            args = [batches[0][r.index] if r.part is None else outs[r.part][r.index] for r in part.inputs]
+            device = next((b.device for b in part.module.buffers()), torch.device("cpu"))
+            args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+            try:
+                outs.append(part.module(*args))
+            except Exception as err:
+                raise ExecutionError(f"part {part.name} (nodes {part.nodes[0]}..{part.nodes[-1]}), dry run: {type(err).__name__}: {err}") from err
+            for i, value in enumerate(outs[-1]):
+                if (p, i) in needed:
+                    if not isinstance(value, torch.Tensor):
+                        raise ExecutionError(f"part {part.name} passes a {type(value).__name__} to another process; only tensors can be sent")
+                    shapes[(p, i)] = (tuple(value.shape), value.dtype)
+    return shapes
+
+
+def _tag(part: int, index: int, micro_batch: int) -> int:
+    return (part * 1024 + index) * 4096 + micro_batch
+
+
+def _rank_main(rank, world, store_path, backend, threads, program: Program, batches, devices, plan, shapes, results) -> None:
+    try:
+        torch.set_num_threads(threads)
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world)
+        report = _run_rank(rank, program, batches, torch.device(devices[rank]), plan[rank], shapes)
+        dist.barrier()
+        dist.destroy_process_group()
+        results.put((rank, report))
+    except Exception as err:  # reported to the parent, which names the rank
+        results.put((rank, f"{type(err).__name__}: {err}"))
+
+
+def _run_rank(rank: int, program: Program, batches, device: torch.device, tasks, shapes) -> dict[str, Any]:
+    for p, part in enumerate(program.parts):
+        if part.worker == rank:
+            part.module.to(device)
+    receivers: dict[tuple[int, int], set[int]] = {}
+    for part in program.parts:
+        for ref in part.inputs:
+            if ref.part is not None and program.parts[ref.part].worker != part.worker:
+                receivers.setdefault((ref.part, ref.index), set()).add(part.worker)
+    wanted_outputs = {(r.part, r.index) for r in program.outputs if r.part is not None}
+    local: dict[tuple[int, int, int], Any] = {}  # (part, output, micro-batch) -> value on this rank
+    sends, records, outputs = [], [], {}
+    held = peak = 0
+    dist.barrier()
+    with torch.no_grad():
+        for p, m in tasks:
+            part = program.parts[p]
+            args = []
+            for ref in part.inputs:
+                if ref.part is None:
+                    value = batches[m][ref.index]
+                elif (ref.part, ref.index, m) in local:
+                    value = local[(ref.part, ref.index, m)]
+                else:  # produced by another process: receive it once
+                    shape, dtype = shapes[(ref.part, ref.index)]
+                    value = torch.empty(shape, dtype=dtype, device=device if device.type == "cuda" else "cpu")
+                    dist.recv(value, src=program.parts[ref.part].worker, tag=_tag(ref.part, ref.index, m))
+                    local[(ref.part, ref.index, m)] = value
+                args.append(value.to(device) if isinstance(value, torch.Tensor) else value)
+            start = time.perf_counter()
+            out = part.module(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            end = time.perf_counter()
+            records.append(TaskRecord(p, m, rank, start, end))
+            for i, value in enumerate(out):
+                local[(p, i, m)] = value
+                for dst in sorted(receivers.get((p, i), ())):
+                    sends.append(dist.isend(value.contiguous(), dst=dst, tag=_tag(p, i, m)))
+                if (p, i) in wanted_outputs:
+                    # by value: a tensor shared through the queue dies with this process
+                    outputs[(p, i, m)] = value.cpu().numpy() if isinstance(value, torch.Tensor) else value
+            held += sum(v.numel() * v.element_size() for v in out if isinstance(v, torch.Tensor))
+            peak = max(peak, held)
+    for work in sends:
+        work.wait()
+    weights = sum(b.numel() * b.element_size() for part in program.parts if part.worker == rank for b in part.module.buffers())
+    peak_bytes = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else int(weights + peak)
+    return {"records": records, "outputs": outputs, "peak_bytes": peak_bytes}
+
