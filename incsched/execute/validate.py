@@ -148,7 +148,9 @@ def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_mic
     """Cost-model figures of a forward GPipe pipeline.
 
     ``T_k`` = the stage's node times on its device kind plus the transfers into it from stages on
-    other devices; latency ``sum T_k``; makespan ``sum T_k + (M - 1) max T_k``.
+    other devices; latency ``sum T_k``; makespan ``sum T_k + (M - 1) max T_k``, or more when
+    stages share a GPU: streams of one GPU do not run side by side, so a GPU holding several
+    stages needs ``M * sum of their T_k``. (Stages sharing the CPU get their own cores.)
     """
     stages = np.asarray(stages, dtype=np.int64)
     K = len(devices)
@@ -164,6 +166,9 @@ def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_mic
             sent.add((u, b))
             T[b] += lat[a, b] + float(graph.out_bytes[u]) / bw[a, b]
     makespan = float(T.sum() + (n_micro_batches - 1) * T.max())
+    for d in {d for d in devices if torch.device(d).type == "cuda"}:
+        shared = [k for k in range(K) if devices[k] == d]
+        makespan = max(makespan, n_micro_batches * float(T[shared].sum()))
     return {
         "makespan_s": makespan,
         "latency_s": float(T.sum()),
