@@ -6,6 +6,7 @@
     incsched solve GRAPH --stages K [--alpha A | --weights ...] [--capacity B] [--method M] [--json OUT]
     incsched solve GRAPH --devices N [--bandwidth B] [--latency S] [--method M] [--json OUT]
     incsched batch DIR -o OUTDIR (--stages K | --devices N) [--jobs N]
+    incsched profile --model resnet50 [--devices cpu,cuda:0] [--repeats 10] -o FILE [--links LINKS.json]
     incsched validate --model resnet50 --result RESULT.json [--devices cuda:0,cpu]
     incsched train stage|placement --out CHECKPOINT
 """
@@ -97,6 +98,21 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--json", metavar="OUT", help="write the validation as JSON (atomically)")
     val.set_defaults(run=_validate)
 
+    prof = sub.add_parser("profile", help="measure per-node kernel and launch times, and link speeds, on real devices")
+    prof.add_argument("--model", required=True, help="zoo model name (as for graph capture)")
+    prof.add_argument("-o", "--output", required=True, help="graph file to write (.json or .json.gz), with measured times")
+    prof.add_argument("--devices", default="cpu", help="comma-separated torch devices, e.g. cpu,cuda:0 (default cpu)")
+    prof.add_argument("--batch-size", type=int, default=1)
+    prof.add_argument("--seq-len", type=int, default=128, help="sequence length for transformer models")
+    prof.add_argument("--image-size", type=int, help="image height and width for vision models (default the model's)")
+    prof.add_argument("--method", choices=["export", "fx"], default="export", help="torch.export (default) or torch.fx tracing")
+    prof.add_argument("--coarsen", default="trivial", help="none | trivial | chains | module:DEPTH (default trivial)")
+    prof.add_argument("--repeats", type=int, default=10, help="profiled forwards per device (default 10)")
+    prof.add_argument("--warmup", type=int, default=3, help="discarded forwards first (default 3)")
+    prof.add_argument("--links", metavar="FILE", help="also time copies between the devices and write them as JSON")
+    prof.add_argument("--link-sizes", default="4K,64K,1M,16M,64M", help="bytes per timed copy, K/M/G binary suffixes")
+    prof.set_defaults(run=_profile)
+
     tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
     tr.add_argument("policy", choices=["stage", "placement"])
     tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out data/models/stage_policy.pt")
@@ -129,6 +145,12 @@ def _validate(args) -> int:
     if args.json:
         write_json(args.json, v.to_json(), indent=1)
     return 0
+
+
+def _profile(args) -> int:
+    from .execute.calibrate import profile_command
+
+    return profile_command(args)
 
 
 def _train(args) -> int:

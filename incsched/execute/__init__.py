@@ -1,5 +1,8 @@
 """Execution: run a solved stage assignment or placement on real devices and check it.
 
+calibrate (per-node kernel and launch times, link latency and bandwidth, written into the graph and
+the devices the solver reads) -> solve -> ...
+
 partition (``split_module`` along stages or placement segments, weights moved into their parts)
 -> run (one worker per stage or device, in the solved order; GPipe micro-batches for pipelines;
    threads in one process, or one process per worker over torch.distributed)
@@ -7,6 +10,15 @@ partition (``split_module`` along stages or placement segments, weights moved in
 -> validation (measured beside predicted; rank correlation over several placements).
 """
 
+from .calibrate import (
+    CalibrationError,
+    LinkMeasurement,
+    NodeTimes,
+    calibrated_devices,
+    measure_links,
+    profile_node_times,
+    with_measured_times,
+)
 from .distributed import execute_distributed
 from .equivalence import Divergence, OutputMismatch, check_execution, check_outputs, first_divergence, reference_outputs
 from .partition import ExecutionError, Part, Program, Ref, partition, placement_program, segments, stage_program
@@ -23,6 +35,13 @@ from .validate import (
 )
 
 __all__ = [
+    "CalibrationError",
+    "LinkMeasurement",
+    "NodeTimes",
+    "calibrated_devices",
+    "measure_links",
+    "profile_node_times",
+    "with_measured_times",
     "Divergence",
     "Execution",
     "ExecutionError",
