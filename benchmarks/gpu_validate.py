@@ -7,7 +7,8 @@ per-node synchronisation) and the CPU<->GPU copy latency and bandwidth; then
   it as a GPipe pipeline of micro-batches with every stage on the GPU (stages share it, which the
   prediction accounts for);
 - solve the placement over ``cuda:0`` + ``cpu`` with inc-ilp and with the baselines (HEFT,
-  critical-path list, everything on the GPU) and execute each in its solved order;
+  critical-path list, everything on the GPU), add random placements, and execute each in its
+  solved order;
 - write JSON and a markdown table: predicted vs measured, the optimal placement's measured
   speed-up over each baseline's, and the rank correlation of predicted and measured makespans.
 Outputs of every run are checked against the unsplit model before anything is timed.
@@ -33,10 +34,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from incsched.capture import capture
 from incsched.capture.zoo import build
+from incsched.evaluate.simulate import simulate
 from incsched.execute import ExecutionError, OutputMismatch, rank_placements, validate_placement, validate_stages
 from incsched.execute.calibrate import calibrated_devices, measure_links, profile_node_times, with_measured_times
 from incsched.jsonio import write_json
@@ -89,6 +92,13 @@ def placement_rows(cap, devices: list[str], links, args) -> tuple[list[dict], fl
         result = solve(problem, method, time_limit=args.time_limit, deterministic=False, workers=args.workers)
         placements[method] = Placement(result.device, result.order)
         rows.append({"kind": "placement", "method": method, "status": result.status, "predicted_s": result.terms["makespan_s"], "gap": result.gap})
+    # random placements widen the range the rank correlation is judged over
+    rng = np.random.default_rng(0)
+    position = np.argsort(cap.graph.topological_order())
+    for k in range(args.random_placements):
+        name = f"random_{k}"
+        placements[name] = Placement.from_assignment(rng.integers(0, len(devices), cap.graph.n_nodes), len(devices), priority=position)
+        rows.append({"kind": "placement", "method": name, "status": "", "predicted_s": simulate(problem, placements[name]).makespan_seconds, "gap": None})
     try:
         ranked, rho = rank_placements(cap, placements, devices, repeats=args.repeats, links=links)
     except (ExecutionError, OutputMismatch) as err:
@@ -158,6 +168,7 @@ def main(argv=None) -> int:
     p.add_argument("--micro-batches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5, help="timed executions per answer (median)")
     p.add_argument("--repeats-profile", type=int, default=10)
+    p.add_argument("--random-placements", type=int, default=2, help="random placements added to the rank correlation")
     p.add_argument("--out", default="gpu_validate", help="folder for report.json and report.md")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -14,7 +14,7 @@ def test_gpu_validate_smoke_on_cpu(tmp_path, capsys):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     argv = ["--device", "cpu", "--models", "resnet18", "--batch-sizes", "1", "--stages", "2", "--image-size", "64",
-            "--time-limit", "2", "--repeats", "1", "--repeats-profile", "2", "--workers", "1", "--micro-batches", "2", "--out", str(tmp_path)]
+            "--time-limit", "2", "--repeats", "1", "--repeats-profile", "2", "--workers", "1", "--micro-batches", "2", "--random-placements", "1", "--out", str(tmp_path)]
     assert module.main(argv) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     (entry,) = report["models"]
@@ -22,6 +22,6 @@ def test_gpu_validate_smoke_on_cpu(tmp_path, capsys):
     (stage,) = entry["stage"]
     assert "error" not in stage and stage["max_abs_diff"] <= 1e-5 and stage["measured_makespan_s"] > 0
     methods = [r["method"] for r in entry["placement"]]
-    assert methods == ["inc-ilp", "heft", "critical_path_list", "single_device"]
+    assert methods == ["inc-ilp", "heft", "critical_path_list", "single_device", "random_0"]
     assert all("error" not in r and r["measured_s"] > 0 for r in entry["placement"])
     assert (tmp_path / "report.md").read_text().startswith("# GPU validation")
