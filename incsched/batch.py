@@ -31,7 +31,8 @@ class ProblemRecipe:
     """How to turn any graph into a problem: picklable, so batch workers can rebuild it.
 
     ``kind`` is ``"stage"`` (``n_stages``, ``alpha`` or ``weights``, ``capacity``) or
-    ``"placement"`` (``n_devices``, ``bandwidth``, ``latency``); ``device_kind`` picks node times.
+    ``"placement"`` (``n_devices``, ``bandwidth``, ``latency``, or measured ``devices`` and ``links``
+    as ``incsched profile --links`` writes them); ``device_kind`` picks node times.
     """
 
     kind: str
@@ -43,6 +44,8 @@ class ProblemRecipe:
     bandwidth: float | None = None
     latency: float = 0.0
     device_kind: str = "cpu"
+    devices: list[dict[str, Any]] | None = None  # measured devices and links (incsched profile --links)
+    links: dict[str, Any] | None = None
 
     def build(self, graph):
         from .problems import ObjectiveWeights, PlacementProblem, StageProblem
@@ -51,6 +54,10 @@ class ProblemRecipe:
             if self.weights:
                 return StageProblem(graph, self.n_stages, ObjectiveWeights(**self.weights), comm="bytes", capacity=self.capacity, device_kind=self.device_kind)
             return StageProblem.peer(graph, n_stages=self.n_stages, alpha=self.alpha, capacity=self.capacity, device_kind=self.device_kind)
+        if self.kind == "placement" and self.devices:
+            from .problems.placement import Device, Links
+
+            return PlacementProblem(graph, [Device(**d) for d in self.devices], Links.from_dict(self.links or {}))
         if self.kind == "placement":
             return PlacementProblem.identical(graph, self.n_devices, kind=self.device_kind, latency=self.latency, bandwidth=self.bandwidth)
         raise ValueError(f"recipe kind must be 'stage' or 'placement', got {self.kind!r}")

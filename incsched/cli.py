@@ -5,6 +5,7 @@
     incsched graph convert IN OUT [--edges EDGES.csv] [--out-edges EDGES.csv]
     incsched solve GRAPH --stages K [--alpha A | --weights ...] [--capacity B] [--method M] [--json OUT]
     incsched solve GRAPH --devices N [--bandwidth B] [--latency S] [--method M] [--json OUT]
+    incsched solve GRAPH --links LINKS.json [--method M] [--json OUT]     (devices measured by profile)
     incsched batch DIR -o OUTDIR (--stages K | --devices N) [--jobs N]
     incsched profile --model resnet50 [--devices cpu,cuda:0] [--repeats 10] -o FILE [--links LINKS.json]
     incsched validate --model resnet50 --result RESULT.json [--devices cuda:0,cpu]
@@ -92,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--graph", help="graph file whose node times predict (default: measure them while capturing)")
     val.add_argument("--batch-size", type=int, default=1)
     val.add_argument("--seq-len", type=int, default=128)
+    val.add_argument("--image-size", type=int, help="image height and width for vision models (default the model's)")
     val.add_argument("--micro-batches", type=int, default=4, help="stage results: micro-batches in the pipeline")
     val.add_argument("--repeats", type=int, default=3, help="timed runs (median reported) after one warm-up")
     val.add_argument("--processes", action="store_true", help="one process per stage/device over torch.distributed (gloo) instead of threads")
@@ -127,7 +129,7 @@ def _validate(args) -> int:
     from .result import Result
 
     result = Result.load(args.result)
-    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len)
+    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     captured = capture(model, inputs, measure=args.graph is None, name=args.model)
     if args.graph:
         timed = _read_graph(args.graph, None)
@@ -165,6 +167,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--stages", type=int, metavar="K", help="stage problem with K pipeline stages")
     what.add_argument("--devices", type=int, metavar="N", help="placement problem on N identical devices")
+    what.add_argument("--links", metavar="FILE", help="placement problem on the measured devices and links of FILE (incsched profile --links)")
     p.add_argument("--alpha", type=float, default=100.0, help="stage: weight of mem_peak in the peer objective (default 100)")
     p.add_argument(
         "--weights",
@@ -295,6 +298,13 @@ def _recipe(args):
             capacity=args.capacity,
             device_kind=args.kind,
         )
+    if args.links:
+        from .jsonio import read_json
+
+        measured = read_json(args.links)
+        if not isinstance(measured, dict) or "placement_devices" not in measured or "links" not in measured:
+            raise IncschedError(f"{args.links}: not a links file written by incsched profile --links")
+        return ProblemRecipe("placement", devices=measured["placement_devices"], links=measured["links"])
     return ProblemRecipe("placement", n_devices=args.devices, bandwidth=args.bandwidth, latency=args.latency, device_kind=args.kind)
 
 

@@ -120,3 +120,23 @@ def test_validate_rejects_a_result_for_another_model(tmp_path, capsys):
     vgg = str(REPO / "data/graphs/vgg16.json.gz")
     assert main(["validate", "--model", "vgg16", "--result", str(result), "--graph", vgg, "--repeats", "1"]) == 1
     assert "assigns 69 nodes" in capsys.readouterr().err
+
+
+def test_profile_solve_validate_loop(tmp_path, capsys):
+    """Calibrate on two CPU workers, solve the placement on the measured devices, execute it."""
+    graph, links, result = tmp_path / "g.json.gz", tmp_path / "links.json", tmp_path / "r.json"
+    common = ["--model", "resnet18", "--image-size", "64"]
+    assert main(["profile", *common, "--devices", "cpu,cpu", "--repeats", "2", "--warmup", "1", "-o", str(graph), "--links", str(links), "--link-sizes", "4K,1M"]) == 0
+    assert main(["solve", str(graph), "--links", str(links), "--method", "heft", "--json", str(result)]) == 0
+    assert json.loads(result.read_text())["problem"] == "placement"
+    assert main(["validate", *common, "--result", str(result), "--graph", str(graph), "--devices", "cpu,cpu", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "placement result (heft" in out and "outputs match the unsplit model" in out
+
+
+def test_solve_rejects_a_file_that_is_not_a_links_file(small_graph_file, tmp_path, capsys):
+    _, path = small_graph_file
+    bogus = tmp_path / "links.json"
+    bogus.write_text('{"latency": 0}')
+    assert main(["solve", str(path), "--links", str(bogus)]) == 1
+    assert "not a links file" in capsys.readouterr().err
