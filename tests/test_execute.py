@@ -292,3 +292,20 @@ def test_multi_process_placement_and_failure_report(block):
         execute_distributed(program, [(torch.randn(2, 8, 31),)], ["cpu", "cpu"], pipeline_plan(program, 1))
     with pytest.raises(ExecutionError, match="rank 1: "):  # fails inside the second process only
         execute_distributed(program, micro_batches(block.example_inputs, 1), ["cpu", "cuda:63"], pipeline_plan(program, 1))
+
+
+def test_split_without_tuple_return(block, monkeypatch):
+    """Older torch (the GPU machine's 2.11) has no ``tuple_return``: single-output parts get wrapped."""
+    import incsched.execute.partition as partition_module
+    from torch.fx.passes.split_module import split_module
+
+    def older(m, root_m, split_callback, qualname_map=None, keep_original_order=False, keep_original_node_name=False):
+        return split_module(m, root_m, split_callback, keep_original_node_name=keep_original_node_name)
+
+    monkeypatch.setattr(partition_module, "split_module", older)
+    program = stage_program(block, _stages(block, 3), 3)
+    devices = ["cpu"] * 3
+    prepare(program, devices)
+    batches = micro_batches(block.example_inputs, 2)
+    run = execute(program, batches, devices, pipeline_plan(program, 2))
+    assert check_execution(block, program, batches, run, devices) <= 1e-5

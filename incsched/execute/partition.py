@@ -11,6 +11,7 @@ another device waits for nothing its schedule did not.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import operator
 from collections.abc import Sequence
@@ -145,15 +146,28 @@ def partition(capture: Capture, label: Sequence[int], worker_of_label: Sequence[
             raise ExecutionError(f"{graph.name}: fx node {fx_node.name!r} belongs to no graph node; was the graph coarsened after capture?")
         fx_label[fx_node.name] = int(label[index[owner]])
 
-    split = split_module(
-        capture.graph_module,
-        capture.graph_module,
-        lambda n: fx_label[n.name],
-        keep_original_node_name=True,
-        tuple_return=True,
-    )
+    split = _split(capture.graph_module, lambda n: fx_label[n.name])
     _move_weights_into_parts(split)
     return _program(split, capture, fx_label, list(worker_of_label), kind)
+
+
+def _split(gm: torch.fx.GraphModule, label_of) -> torch.fx.GraphModule:
+    """``split_module`` with every part returning a tuple (older torch lacks ``tuple_return``)."""
+    if "tuple_return" in inspect.signature(split_module).parameters:
+        return split_module(gm, gm, label_of, keep_original_node_name=True, tuple_return=True)
+    split = split_module(gm, gm, label_of, keep_original_node_name=True)
+    for call in [n for n in split.graph.nodes if n.op == "call_module"]:
+        sub = split.get_submodule(str(call.target))
+        out = next(n for n in sub.graph.nodes if n.op == "output")
+        if isinstance(out.args[0], (tuple, list)):
+            continue
+        out.args = ((out.args[0],),)
+        sub.recompile()
+        with split.graph.inserting_after(call):
+            first = split.graph.call_function(operator.getitem, (call, 0))
+        call.replace_all_uses_with(first, delete_user_cb=lambda user: user is not first)
+    split.recompile()
+    return split
 
 
 def _move_weights_into_parts(split: torch.fx.GraphModule) -> None:
