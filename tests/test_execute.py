@@ -296,13 +296,13 @@ def test_multi_process_placement_and_failure_report(block):
 
 def test_split_without_tuple_return(block, monkeypatch):
     """Older torch (the GPU machine's 2.11) has no ``tuple_return``: single-output parts get wrapped."""
-    import incsched.execute.partition as partition_module
+    import sys
     from torch.fx.passes.split_module import split_module
 
     def older(m, root_m, split_callback, qualname_map=None, keep_original_order=False, keep_original_node_name=False):
         return split_module(m, root_m, split_callback, keep_original_node_name=keep_original_node_name)
 
-    monkeypatch.setattr(partition_module, "split_module", older)
+    monkeypatch.setattr(sys.modules["incsched.execute.partition"], "split_module", older)
     program = stage_program(block, _stages(block, 3), 3)
     devices = ["cpu"] * 3
     prepare(program, devices)

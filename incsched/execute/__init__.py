@@ -21,7 +21,7 @@ from .calibrate import (
 )
 from .distributed import execute_distributed
 from .equivalence import Divergence, OutputMismatch, check_execution, check_outputs, first_divergence, reference_outputs
-from .partition import ExecutionError, Part, Program, Ref, partition, placement_program, segments, stage_program
+from .partition import ExecutionError, Part, Program, Ref, partition_program, placement_program, segments, stage_program
 from .runner import Execution, TaskRecord, execute, pipeline_plan, placement_plan, prepare
 from .validate import (
     Validation,
@@ -58,7 +58,7 @@ __all__ = [
     "execute_distributed",
     "first_divergence",
     "micro_batches",
-    "partition",
+    "partition_program",
     "pipeline_plan",
     "placement_plan",
     "placement_program",

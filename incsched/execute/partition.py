@@ -30,7 +30,7 @@ from ..problems.placement import Placement, PlacementError, PlacementProblem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExecutionError", "Part", "Program", "Ref", "partition", "stage_program", "placement_program", "segments"]
+__all__ = ["ExecutionError", "Part", "Program", "Ref", "partition_program", "stage_program", "placement_program", "segments"]
 
 
 class ExecutionError(IncschedError, RuntimeError):
@@ -110,7 +110,7 @@ class Program:
         return [sorted(s) for s in out]
 
 
-def partition(capture: Capture, label: Sequence[int], worker_of_label: Sequence[int], kind: str) -> Program:
+def partition_program(capture: Capture, label: Sequence[int], worker_of_label: Sequence[int], kind: str) -> Program:
     """Split ``capture.graph_module`` so that the fx nodes of graph node ``v`` land in part ``label[v]``.
 
     Parameters
@@ -279,7 +279,7 @@ def stage_program(capture: Capture, stages: Sequence[int], n_stages: int | None 
         u, v = int(g.src[e]), int(g.dst[e])
         raise ExecutionError(f"edge {g.names[u]} -> {g.names[v]} goes from stage {stages[u]} back to stage {stages[v]}")
     K = int(n_stages if n_stages is not None else stages.max() + 1)
-    return partition(capture, stages, list(range(K)), "stage")
+    return partition_program(capture, stages, list(range(K)), "stage")
 
 
 def segments(graph, placement: Placement) -> tuple[np.ndarray, list[int]]:
@@ -322,7 +322,7 @@ def placement_program(capture: Capture, placement: Placement) -> tuple[Program, 
     _check_orders(capture.graph, placement)
     label, device_of = segments(capture.graph, placement)
     try:
-        program = partition(capture, label, device_of, "placement")
+        program = partition_program(capture, label, device_of, "placement")
     except (RuntimeError, ValueError) as err:  # split_module rejects a cyclic partition order
         if isinstance(err, ExecutionError):
             raise
