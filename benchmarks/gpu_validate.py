@@ -13,8 +13,8 @@ per-node synchronisation) and the CPU<->GPU copy latency and bandwidth; then
   speed-up over each baseline's, and the rank correlation of predicted and measured makespans.
 Outputs of every run are checked against the unsplit model before anything is timed.
 
-Needs PyTorch and the project's pure-Python dependencies (OR-Tools and PuLP from wheels); meant to
-finish in under 5 minutes on one H200:
+Needs PyTorch and the project's pure-Python dependencies (OR-Tools from wheels: `scripts/gpu_check.sh`
+prepares and runs it on the device machine); meant to finish in under 5 minutes on one H200:
 
     python benchmarks/gpu_validate.py --out gpu_validate
     python benchmarks/gpu_validate.py --device cpu --models resnet18 --batch-sizes 1 --stages 2 \
@@ -163,11 +163,11 @@ def main(argv=None) -> int:
     p.add_argument("--stages", nargs="+", type=int, default=[2, 3, 4])
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--image-size", type=int, default=None)
-    p.add_argument("--time-limit", type=float, default=8.0, help="seconds per solve (parallel, wall clock)")
+    p.add_argument("--time-limit", type=float, default=5.0, help="seconds per solve (parallel, wall clock)")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--micro-batches", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=5, help="timed executions per answer (median)")
-    p.add_argument("--repeats-profile", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=3, help="timed executions per answer (median)")
+    p.add_argument("--repeats-profile", type=int, default=5)
     p.add_argument("--random-placements", type=int, default=2, help="random placements added to the rank correlation")
     p.add_argument("--out", default="gpu_validate", help="folder for report.json and report.md")
     args = p.parse_args(argv)
