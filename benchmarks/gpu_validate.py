@@ -176,6 +176,10 @@ def main(argv=None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here; use --device cpu for the smoke run", file=sys.stderr)
         return 2
+    # Strict fp32 on the GPU (no TF32), so that its outputs can be checked against the CPU's to
+    # float rounding; calibration and execution both run under it, so predictions stay comparable.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     gpu = "cuda:0" if args.device == "cuda" else "cpu"
     devices = [gpu, "cpu"]
     started = time.perf_counter()
