@@ -55,12 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     info.set_defaults(run=_graph_info)
 
     cap = graph.add_parser("capture", help="capture a real PyTorch model (random weights, offline) into a graph file")
-    cap.add_argument("--model", required=True, help="model name (see --list)")
     cap.add_argument("-o", "--output", required=True, help="output .json or .json.gz")
-    cap.add_argument("--batch-size", type=int, default=1)
-    cap.add_argument("--seq-len", type=int, default=128, help="sequence length for transformer models")
-    cap.add_argument("--method", choices=["export", "fx"], default="export", help="torch.export (default) or torch.fx tracing")
-    cap.add_argument("--coarsen", default="trivial", help="none | trivial | chains | module:DEPTH (default trivial)")
+    _add_model_args(cap, tracing=True)
     cap.add_argument("--measure", action="store_true", help="measure per-node time on --device (median of repeats)")
     cap.add_argument("--device", default="cpu", help="device for measured times (cpu, cuda)")
     cap.add_argument("--repeats", type=int, default=5)
@@ -87,13 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     bat.set_defaults(run=_batch)
 
     val = sub.add_parser("validate", help="execute a solved result on real devices: outputs checked, measured vs predicted")
-    val.add_argument("--model", required=True, help="zoo model the result was solved for (see graph capture)")
+    _add_model_args(val)
     val.add_argument("--result", required=True, help="result JSON written by incsched solve --json")
     val.add_argument("--devices", help="torch devices, one per stage or device, e.g. cuda:0,cpu (default: cpu for each)")
     val.add_argument("--graph", help="graph file whose node times predict (default: measure them while capturing)")
-    val.add_argument("--batch-size", type=int, default=1)
-    val.add_argument("--seq-len", type=int, default=128)
-    val.add_argument("--image-size", type=int, help="image height and width for vision models (default the model's)")
     val.add_argument("--micro-batches", type=int, default=4, help="stage results: micro-batches in the pipeline")
     val.add_argument("--repeats", type=int, default=3, help="timed runs (median reported) after one warm-up")
     val.add_argument("--processes", action="store_true", help="one process per stage/device over torch.distributed (gloo) instead of threads")
@@ -101,14 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     val.set_defaults(run=_validate)
 
     prof = sub.add_parser("profile", help="measure per-node kernel and launch times, and link speeds, on real devices")
-    prof.add_argument("--model", required=True, help="zoo model name (as for graph capture)")
     prof.add_argument("-o", "--output", required=True, help="graph file to write (.json or .json.gz), with measured times")
     prof.add_argument("--devices", default="cpu", help="comma-separated torch devices, e.g. cpu,cuda:0 (default cpu)")
-    prof.add_argument("--batch-size", type=int, default=1)
-    prof.add_argument("--seq-len", type=int, default=128, help="sequence length for transformer models")
-    prof.add_argument("--image-size", type=int, help="image height and width for vision models (default the model's)")
-    prof.add_argument("--method", choices=["export", "fx"], default="export", help="torch.export (default) or torch.fx tracing")
-    prof.add_argument("--coarsen", default="trivial", help="none | trivial | chains | module:DEPTH (default trivial)")
+    _add_model_args(prof, tracing=True)
     prof.add_argument("--repeats", type=int, default=10, help="profiled forwards per device (default 10)")
     prof.add_argument("--warmup", type=int, default=3, help="discarded forwards first (default 3)")
     prof.add_argument("--links", metavar="FILE", help="also time copies between the devices and write them as JSON")
@@ -120,6 +108,17 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out data/models/stage_policy.pt")
     tr.set_defaults(run=_train)
     return p
+
+
+def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
+    """The zoo model to build (offline, random weights) and its input sizes; how to trace it."""
+    p.add_argument("--model", required=True, help="zoo model name, e.g. resnet50, bert_base, gpt2")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=128, help="sequence length for transformer models")
+    p.add_argument("--image-size", type=int, help="image height and width for vision models (default the model's)")
+    if tracing:
+        p.add_argument("--method", choices=["export", "fx"], default="export", help="torch.export (default) or torch.fx tracing")
+        p.add_argument("--coarsen", default="trivial", help="none | trivial | chains | module:DEPTH (default trivial)")
 
 
 def _validate(args) -> int:
@@ -245,7 +244,7 @@ def _graph_capture(args) -> int:
     from .formats import save_graph
 
     started = time.perf_counter()
-    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len)
+    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     captured = capture(
         model,
         inputs,
