@@ -36,7 +36,7 @@ def test_baselines_are_precedence_feasible(p, name):
         pl = PLACEMENT_BASELINES[name](p, seed=0)
     except PlacementInfeasibleError:
         assume_memory_tight = any(d.memory is not None for d in p.devices)
-        assert assume_memory_tight and name in ("critical_path_list", "heft", "round_robin")
+        assert assume_memory_tight and name in ("critical_path_list", "heft", "local_search", "round_robin")
         return
     assert pl.method == name and len(pl.device) == p.n_nodes
     s = simulate(p, pl, "ordered")
@@ -55,7 +55,7 @@ def test_baselines_are_precedence_feasible(p, name):
 
 
 def test_registry_and_interface():
-    assert set(PLACEMENT_BASELINES) == {"critical_path_list", "heft", "round_robin", "single_device"}
+    assert set(PLACEMENT_BASELINES) == {"critical_path_list", "heft", "local_search", "round_robin", "single_device"}
     g = CompGraph(["a", "b"], ["a"], ["b"], compute_time={"cpu": [1.0, 1.0]})
     p = PlacementProblem.identical(g, 2, time_unit=1.0)
     for f in PLACEMENT_BASELINES.values():

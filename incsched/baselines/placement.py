@@ -3,7 +3,8 @@
 Each takes a `PlacementProblem` and returns a `Placement` (device and order per device, with the
 start ticks it planned) through the common ``preschedule(problem, seed=0)`` interface, so that they,
 the RL policy and CP-SAT are interchangeable as incumbents. `critical_path_list` is DOPPLER's
-imitation teacher; `heft` is Topcuoglu et al.'s insertion-based HEFT for heterogeneous devices.
+imitation teacher; `heft` is Topcuoglu et al.'s insertion-based HEFT for heterogeneous devices;
+`local_search` (in `placement_local`) improves the better of the two by moving nodes between devices.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..problems.placement import Placement, PlacementInfeasibleError, PlacementP
 __all__ = [
     "critical_path_list",
     "heft",
+    "local_search",
     "round_robin",
     "single_device",
     "PLACEMENT_BASELINES",
@@ -234,10 +236,22 @@ def _topological_placement(problem: PlacementProblem, device: np.ndarray, method
     return Placement.from_assignment(device, problem.n_devices, priority=pos, method=method)
 
 
+def local_search(problem: PlacementProblem, seed: int = 0) -> Placement:
+    """The list schedulers' best, improved by moving critical nodes between devices.
+
+    See `incsched.baselines.placement_local.local_search` (imported here lazily: it builds on
+    this module's list schedulers).
+    """
+    from .placement_local import local_search as search
+
+    return search(problem, seed)
+
+
 #: Name -> pre-scheduler, all with the signature ``(problem, seed=0) -> Placement``.
 PLACEMENT_BASELINES: dict[str, Callable[..., Placement]] = {
     "critical_path_list": critical_path_list,
     "heft": heft,
+    "local_search": local_search,
     "round_robin": round_robin,
     "single_device": single_device,
 }

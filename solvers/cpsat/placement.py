@@ -22,7 +22,7 @@ from incsched.problems.placement import Placement, PlacementError, PlacementProb
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
 
-__all__ = ["solve_placement"]
+__all__ = ["solve_placement", "segment_bound"]
 
 log = logging.getLogger(__name__)
 
@@ -445,3 +445,135 @@ class _PlacementModel:
             start[v] = solver.Value(self.start[v])
             assignment[v] = next(d for d, lit in self.x[v].items() if solver.BooleanValue(lit))
         return assignment, start
+
+
+# ---------------------------------------------------------------------- a relaxation that bounds a segment
+
+
+def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[int, bool]:
+    """A lower bound on the makespan of a single-entry, single-exit placement problem of identical devices.
+
+    Relaxation of the exact model that keeps what makes transfers expensive and drops the order:
+    with the entry node on device 0 (devices are interchangeable) and the exit node on device 0 or
+    1, a node off the entry's device cannot start before the cheapest crossing from the entry
+    reaches it, and a node off the exit's device must leave time for the cheapest crossing to the
+    exit. On every device, the nodes that start at least ``alpha`` late and end at least ``beta``
+    early fit in ``makespan - alpha - beta`` whenever the device holds any of them: a knapsack per
+    device and threshold pair, over device choices only, which CP-SAT bounds quickly. Every
+    schedule satisfies every constraint, so CP-SAT's best bound on it bounds the real makespan.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        Devices all interchangeable (``len(problem.identical_devices) == 1``).
+    settings : SolverSettings
+        Budget for each of (at most) two CP-SAT runs.
+
+    Returns
+    -------
+    (int, bool)
+        The bound in ticks (at least ``problem.lower_bound_ticks()``), and whether a deterministic
+        run was cut by the wall clock (then the bound, though valid, may differ between runs).
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> g = CompGraph(["s", "a", "b", "t"], ["s", "s", "a", "b"], ["a", "b", "t", "t"],
+    ...               out_bytes=[1000, 1000, 1000, 0], compute_time={"cpu": [1.0, 10.0, 10.0, 1.0]})
+    >>> p = PlacementProblem.identical(g, 2, bandwidth=10.0, time_unit=1.0)
+    >>> p.lower_bound_ticks(), segment_bound(p, SolverSettings(time_limit=5))
+    (12, (22, False))
+    """
+    g = problem.graph
+    n, D = problem.n_nodes, problem.n_devices
+    trivial = problem.lower_bound_ticks()
+    if n < 3 or D < 2 or len(problem.identical_devices) != 1 or np.any(~problem.allowed_devices()):
+        return trivial, False
+    dur = problem.durations()[:, 0].astype(np.int64)
+    off = ~np.eye(D, dtype=bool)
+    cross = problem.transfer_ticks()[:, off].min(axis=1) if g.n_edges else np.zeros(0, np.int64)
+    sources = np.flatnonzero(g.in_degree == 0)
+    sinks = np.flatnonzero(g.out_degree == 0)
+    entry = int(sources[0]) if len(sources) == 1 else None
+    exit_ = int(sinks[0]) if len(sinks) == 1 else None
+    head0 = np.rint(g.top_level(dur.astype(np.float64), None)).astype(np.int64)
+    tail0 = np.rint(g.bottom_level(dur.astype(np.float64), None)).astype(np.int64) - dur
+    head_off = _crossing_offsets(g, dur, cross, head0, entry, forward=True)
+    tail_off = _crossing_offsets(g, dur, cross, tail0, exit_, forward=False)
+    best, capped = None, False
+    for exit_device in ([0, 1] if exit_ is not None else [None]):
+        value, cut = _segment_relaxation(problem, settings, dur, head0, tail0, head_off, tail_off, entry, exit_, exit_device)
+        best = value if best is None else min(best, value)
+        capped = capped or cut
+    return max(trivial, int(best)), capped
+
+
+def _crossing_offsets(g, dur, cross, plain, anchor, forward: bool) -> np.ndarray:
+    """Earliest start (forward) or least tail (backward) of each node placed off ``anchor``'s device."""
+    if anchor is None:
+        return plain.copy()
+    out = plain.copy()
+    order = g.topological_order().tolist()
+    if not forward:
+        order = order[::-1]
+    ptr, nbr, eid = (g.pred_ptr, g.pred_idx, g.pred_edge) if forward else (g.succ_ptr, g.succ_idx, g.succ_edge)
+    ptr, nbr, eid = ptr.tolist(), nbr.tolist(), eid.tolist()
+    for w in order:
+        if w == anchor:
+            continue
+        best = int(plain[w])
+        for k in range(ptr[w], ptr[w + 1]):
+            u = nbr[k]
+            # u before w (forward): either u sits off the anchor's device too, or the edge u-w crosses.
+            via_cross = int(plain[u]) + int(dur[u]) + int(cross[eid[k]])
+            step = via_cross if u == anchor else min(int(out[u]) + int(dur[u]), via_cross)
+            best = max(best, step)
+        out[w] = best
+    return out
+
+
+def _segment_relaxation(problem, settings, dur, head0, tail0, head_off, tail_off, entry, exit_, exit_device) -> tuple[int, bool]:
+    n, D = problem.n_nodes, problem.n_devices
+    model = cp_model.CpModel()
+    horizon = int(dur.sum() + head_off.max() + tail_off.max() + 1)
+    makespan = model.NewIntVar(0, horizon, "makespan")
+    x = [[model.NewBoolVar(f"on[{v},{d}]") for d in range(D)] for v in range(n)]
+    release = np.empty((n, D), dtype=np.int64)
+    tail = np.empty((n, D), dtype=np.int64)
+    for d in range(D):
+        release[:, d] = head0 if (entry is None or d == 0) else head_off
+        tail[:, d] = tail0 if (exit_ is None or d == exit_device) else tail_off
+    for v in range(n):
+        model.AddExactlyOne(x[v])
+        for d in range(D):
+            model.Add(makespan >= int(release[v, d] + dur[v] + tail[v, d])).OnlyEnforceIf(x[v][d])
+    if entry is not None:
+        model.Add(x[entry][0] == 1)
+    if exit_ is not None:
+        model.Add(x[exit_][exit_device] == 1)
+    model.Add(D * makespan >= int(dur.sum()))
+    for d in range(D):
+        alphas = _thresholds(release[:, d])
+        betas = _thresholds(tail[:, d])
+        for a in alphas:
+            for b in betas:
+                members = [v for v in range(n) if release[v, d] >= a and tail[v, d] >= b]
+                if not members:
+                    continue
+                # The window shrinks by a + b only when some member is really on d.
+                some = model.NewBoolVar(f"holds[{d},{a},{b}]")
+                for v in members:
+                    model.AddImplication(x[v][d], some)
+                model.Add(sum(int(dur[v]) * x[v][d] for v in members) + (int(a) + int(b)) * some <= makespan)
+    model.Minimize(makespan)
+    solver = make_solver(settings)
+    solver.Solve(model)
+    return int(solver.BestObjectiveBound()), wall_capped(settings, solver)
+
+
+def _thresholds(values: np.ndarray, most: int = 12) -> list[int]:
+    # Any threshold gives a valid constraint; a dozen well-spread ones keep the model small.
+    distinct = np.unique(values)
+    if len(distinct) > most:
+        distinct = np.unique(distinct[np.linspace(0, len(distinct) - 1, most).round().astype(int)])
+    return distinct.tolist()

@@ -1,0 +1,168 @@
+"""Tests of incsched.baselines.placement_local (local search, cut-node segments) and the segment bound it feeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from incsched.baselines.placement import PLACEMENT_BASELINES, critical_path_list, heft
+from incsched.baselines.placement_local import (
+    compose,
+    cut_nodes,
+    decomposable,
+    local_search,
+    schedule_assignment,
+    segments,
+    subproblem,
+)
+from incsched.evaluate.simulate import simulate
+from incsched.generators import bandwidth_for_comm_ratio, transformer_block
+from incsched.graph import CompGraph
+from incsched.problems.placement import Device, Links, PlacementProblem
+from incsched.solve import solve
+from solvers import SolverSettings
+from solvers.cpsat.placement import segment_bound, solve_placement
+
+EXACT = SolverSettings(time_limit=10.0, max_deterministic_time=5.0)
+
+
+def problem_of(n, edges, secs, out, D=2, bandwidth=10.0, latency=0.0):
+    g = CompGraph([f"n{i}" for i in range(n)], [u for u, _ in edges], [v for _, v in edges], out_bytes=out,
+                  compute_time={"cpu": [float(s) for s in secs]})
+    return PlacementProblem(g, [Device(f"d{i}") for i in range(D)], Links(latency=latency, bandwidth=bandwidth), time_unit=1.0)
+
+
+@st.composite
+def fork_joins(draw, max_width=3, max_blocks=2):
+    """Blocks of parallel branches between single join nodes: s -> {branches} -> t -> ... (cut nodes between)."""
+    edges, secs, out = [], [draw(st.integers(1, 4))], [draw(st.integers(0, 80))]
+    entry = 0
+    for _ in range(draw(st.integers(1, max_blocks))):
+        tails = []
+        for _ in range(draw(st.integers(1, max_width))):
+            prev = entry
+            for _ in range(draw(st.integers(1, 2))):
+                v = len(secs)
+                secs.append(draw(st.integers(1, 8)))
+                out.append(draw(st.integers(0, 80)))
+                edges.append((prev, v))
+                prev = v
+            tails.append(prev)
+        join = len(secs)
+        secs.append(draw(st.integers(1, 4)))
+        out.append(draw(st.integers(0, 80)))
+        edges += [(u, join) for u in tails]
+        if draw(st.booleans()) and entry != 0:
+            edges.append((0, join))  # a residual-style edge that skips a cut node
+        entry = join
+    D = draw(st.integers(2, 3))
+    return problem_of(len(secs), edges, secs, out, D=D, bandwidth=draw(st.sampled_from([5.0, 10.0, 40.0])))
+
+
+def transformer_problem(**kw):
+    g = transformer_block(**kw)
+    return PlacementProblem.identical(g, 4, kind="cpu", bandwidth=bandwidth_for_comm_ratio(g, 4.0, "cpu"))
+
+
+# ---------------------------------------------------------------------- local search
+
+
+def test_local_search_is_registered_and_beats_the_list_schedulers_on_a_transformer():
+    assert "local_search" in PLACEMENT_BASELINES
+    p = transformer_problem(heads=4, ffn_tiles=4)
+    best_list = min(simulate(p, f(p)).makespan for f in (heft, critical_path_list))
+    ls = local_search(p, 0, evaluations=600)
+    assert simulate(p, ls).makespan < best_list
+    again = local_search(p, 0, evaluations=600)
+    assert again.device.tolist() == ls.device.tolist() and again.order == ls.order
+
+
+@given(fork_joins())
+@settings(max_examples=15, deadline=None)
+def test_local_search_is_feasible_and_never_worse_than_its_start(p):
+    start = heft(p)
+    pl = local_search(p, 1, evaluations=60, start=start)
+    s = simulate(p, pl, "ordered")
+    assert s.makespan <= simulate(p, start, "ordered").makespan
+    if pl.start is not None:
+        assert s.makespan <= simulate(p, pl, "timed").makespan  # its plan is a real schedule
+
+
+def test_schedule_assignment_keeps_the_devices():
+    p = problem_of(4, [(0, 1), (0, 2), (1, 3), (2, 3)], [1, 3, 3, 1], [10, 10, 10, 0], bandwidth=100.0)
+    pl = schedule_assignment(p, [0, 0, 1, 0])
+    assert pl.device.tolist() == [0, 0, 1, 0]
+    assert simulate(p, pl).makespan == 1 + 3 + 1  # b on d1 runs beside a on d0; transfers take 0.1 -> 0 ticks
+
+
+# ---------------------------------------------------------------------- segments
+
+
+def test_transformer_segments_at_norms_and_sums():
+    p = transformer_problem(heads=2, ffn_tiles=2)
+    names = p.graph.names
+    cuts = [names[v] for v in cut_nodes(p)]
+    assert cuts == ["x", "B0.attn_norm", "B0.attn_sum", "B0.attn_residual", "B0.mlp_norm", "B0.mlp_sum", "B0.mlp_residual"]
+    parts = segments(p)
+    assert sorted({v for nodes in parts for v in nodes}) == list(range(p.n_nodes))
+    assert [len(nodes) for nodes in parts] == [1, 2, 2 * 7 + 2, 2, 2, 2 * 5 + 2, 2]
+    assert decomposable(p)
+    glued = compose(p, [(nodes, local_search(subproblem(p, nodes), 0, evaluations=50)) for nodes in parts])
+    sched = simulate(p, glued, "ordered")  # every node once, no deadlock
+    assert sorted(v for seq in sched.order for v in seq) == list(range(p.n_nodes))
+
+
+def test_no_cut_node_means_one_segment():
+    p = problem_of(4, [(0, 2), (1, 2), (1, 3)], [1, 1, 1, 1], [0, 0, 0, 0])
+    assert cut_nodes(p) == [] and segments(p) == [[0, 1, 2, 3]] and not decomposable(p)
+
+
+# ---------------------------------------------------------------------- the segment bound
+
+
+def test_segment_bound_sees_that_splitting_a_fork_costs_transfers():
+    # s (1) -> a (10), b (10) -> t (1), every transfer 100 ticks: one device is optimal (22), while
+    # max(critical path, work / 2) says 12.
+    p = problem_of(4, [(0, 1), (0, 2), (1, 3), (2, 3)], [1, 10, 10, 1], [1000, 1000, 1000, 0])
+    assert p.lower_bound_ticks() == 12
+    assert segment_bound(p, EXACT) == (22, False)
+    assert solve_placement(p, EXACT).objective == 22
+
+
+@given(fork_joins(max_width=3, max_blocks=1))
+@settings(max_examples=20, deadline=None)
+def test_segment_bound_never_exceeds_the_optimum(p):
+    out = solve_placement(p, EXACT)
+    assert out.status == "optimal"
+    bound, _ = segment_bound(p, EXACT)
+    assert p.lower_bound_ticks() <= bound <= out.objective
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # and no random placement beats it either
+        device = rng.integers(p.n_devices, size=p.n_nodes)
+        assert bound <= simulate(p, schedule_assignment(p, device)).makespan
+
+
+@given(fork_joins(max_width=2, max_blocks=2))
+@settings(max_examples=15, deadline=None)
+def test_inc_ilp_segment_bound_is_valid_for_the_whole_graph(p):
+    r = solve(p, "inc-ilp", time_limit=2.0)
+    out = solve_placement(p, EXACT)
+    assert out.status == "optimal"
+    assert r.lower_bound <= out.objective <= r.objective
+    assert r.status != "optimal" or r.objective == out.objective
+
+
+def test_inc_ilp_on_a_transformer_reports_the_segment_bound():
+    p = transformer_problem(heads=2, ffn_tiles=2)
+    r = solve(p, "inc-ilp", time_limit=3.0)
+    assert r.bound_source in ("segments", "cpsat-full") and r.lower_bound > p.lower_bound_ticks()
+    assert r.lower_bound <= r.objective
+    assert r.objective <= simulate(p, critical_path_list(p)).makespan
+    again = solve(p, "inc-ilp", time_limit=3.0)
+    assert again.objective == r.objective and again.device == r.device
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__, "-q"])
