@@ -66,6 +66,18 @@ def test_decoding_is_executable_and_matches_the_simulator(p, greedy, seed):
         assert f.shape == (p.n_devices, len(PLC_FEATURES)) and np.all(np.isfinite(f))
 
 
+@given(problems(), st.booleans(), st.integers(0, 3))
+@settings(max_examples=25, deadline=None)
+def test_fast_inference_path_decodes_like_the_recording_path(p, greedy, seed):
+    # Inference folds part of SEL's features into per-row constants; training records them all.
+    # Both must take the same actions, or RL trains one policy and inference runs another.
+    heads = _policy(seed).numpy_heads(p)
+    fast = decode(p, heads, greedy=greedy, rng=np.random.default_rng(seed))
+    slow = decode(p, heads, greedy=greedy, rng=np.random.default_rng(seed), record=True)
+    assert fast.placement == slow.placement and fast.makespan == slow.makespan
+    assert simulate(p, fast.placement, "ordered").makespan == fast.makespan
+
+
 @given(problems(), st.sampled_from([critical_path_list, heft]))
 @settings(max_examples=25, deadline=None)
 def test_teacher_forcing_replays_a_schedule_no_later(p, teacher):

@@ -20,6 +20,7 @@ from incsched.policy.stage_policy import (
     graph_tensors,
     preschedule,
     preschedule_policy,
+    preschedule_sampled,
     preschedule_with_fallback,
     recut_along_order,
     trajectory_states,
@@ -69,6 +70,44 @@ def test_sequential_decoder_matches_batched_log_probs(n, K, seed):
     assert abs(chosen.sum() - d.log_prob) < 1e-3 * max(1.0, abs(d.log_prob))
 
 
+@given(problem=st.one_of(stage_instances(max_nodes=16, max_stages=6, capacity=False), stage_instances(max_nodes=12, max_stages=4)),
+       seed=st.integers(0, 5), temperature=st.sampled_from([0.3, 1.0, 3.0]))
+@settings(max_examples=40, deadline=None)
+def test_batched_samples_never_violate_precedence(problem, seed, temperature):
+    # Any objective, with or without hard capacity (best effort there): precedence always holds.
+    stages, log_prob = untrained(seed).decode_samples(problem, 5, np.random.default_rng(seed), temperature=temperature)
+    g = problem.graph
+    assert stages.shape == (5, g.n_nodes) and log_prob.shape == (5,)
+    assert np.all((stages >= 0) & (stages < problem.n_stages))
+    assert np.all(stages[:, g.src] <= stages[:, g.dst])
+    assert np.all(log_prob <= 1e-9)
+
+
+@given(n=st.integers(2, 40), K=st.integers(2, 9), seed=st.integers(0, 50))
+@settings(max_examples=15, deadline=None)
+def test_batched_samples_follow_the_trained_distribution(n, K, seed):
+    # Each sample's log-probability must be what the training path gives its trajectory, or the
+    # vectorised sampler searches a different policy than the one trained.
+    problem = StageProblem.peer(layered_dag(n, skip_prob=0.3, param_bytes=(0, 1000), seed=seed), n_stages=K)
+    policy = untrained(seed)
+    gt = graph_tensors(problem)
+    stages, log_prob = policy.decode_samples(problem, 4, np.random.default_rng(seed), gt=gt)
+    for s, lp in zip(stages, log_prob):
+        states, lo = trajectory_states(gt, s, problem.graph.src, problem.graph.dst)
+        with torch.no_grad():
+            logp = policy.log_probs(gt, states, lo)
+        chosen = logp[torch.arange(n), torch.from_numpy(s)].double().numpy()
+        assert abs(chosen.sum() - lp) < 1e-3 * max(1.0, abs(lp))
+
+
+def test_batched_samples_respect_capacity_when_they_can():
+    g = layered_dag(30, width=2, param_bytes=(1, 10), seed=1)
+    problem = StageProblem.peer(g, n_stages=3, capacity=[0, 10_000, 10_000])
+    stages, _ = untrained(1).decode_samples(problem, 6, np.random.default_rng(1))
+    assert all(evaluate_stages(problem, s).feasible for s in stages)
+    assert np.all(stages >= 1)
+
+
 def test_decode_order_is_topological():
     g = respect_like(80, seed=4)
     pos = np.empty(g.n_nodes, dtype=np.int64)
@@ -105,11 +144,14 @@ needs_checkpoint = pytest.mark.skipif(not default_stage_checkpoint().exists(), r
 def test_shipped_preschedulers_are_feasible_deterministic_and_rl_dp_no_worse():
     problem = StageProblem.peer(respect_like(60, seed=123), n_stages=4)
     alone = preschedule_policy(problem, seed=0)
+    sampled = preschedule_sampled(problem, seed=0)
     combined = preschedule(problem, seed=0)
-    assert evaluate_stages(problem, alone).feasible and evaluate_stages(problem, combined).feasible
+    assert all(evaluate_stages(problem, s).feasible for s in (alone, sampled, combined))
     assert np.array_equal(alone, preschedule_policy(problem, seed=1))
+    assert np.array_equal(sampled, preschedule_sampled(problem, seed=0))
     assert np.array_equal(combined, preschedule(problem, seed=0))
-    assert evaluate_stages(problem, combined).objective <= evaluate_stages(problem, alone).objective
+    objective = {k: evaluate_stages(problem, s).objective for k, s in (("alone", alone), ("sampled", sampled), ("combined", combined))}
+    assert objective["combined"] <= objective["sampled"] <= objective["alone"]
 
 
 @needs_checkpoint

@@ -41,7 +41,7 @@ def test_imitation_loss_falls_and_metrics_are_logged(tiny_run):
     assert len(imitation) == TINY.imitation_epochs and len(rows) == TINY.imitation_epochs + TINY.rl_epochs
     assert imitation[-1]["loss"] < 0.8 * imitation[0]["loss"]
     for r in rows:
-        assert {"loss", "val_ratio_to_label", "val_ratio_to_contiguous", "seconds"} <= set(r)
+        assert {"loss", "val_ratio_to_label", "val_ratio_to_contiguous", "val_sampled_ratio_to_label", "seconds"} <= set(r)
         assert np.isfinite(r["loss"])
     assert metrics["selected_epoch"] and metrics["seconds"] > 0
 

@@ -64,7 +64,9 @@ class PlacementTrainConfig:
     rl_temperature: float = 1.0
     entropy_weight: float = 0.0
     grad_clip: float = 1.0
-    time_budget_s: float | None = 840.0  # stop RL early once the whole run has taken this long
+    # Stop RL early once the whole run has taken this long. None (the default) runs every epoch: a
+    # wall-clock stop makes the weights depend on the machine's load, so no reference run uses one.
+    time_budget_s: float | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
