@@ -330,9 +330,10 @@ def _solve(args) -> int:
 
     problem = _recipe(args).build(_read_graph(args.graph, None))
     result = solve(problem, **_solve_kwargs(args))
+    if args.json:  # before printing: a closed stdout must not lose the result
+        result.save(args.json)
     print(format_result(result))
     if args.json:
-        result.save(args.json)
         print(f"result written to {args.json}")
     return 0 if result.status != "unknown" else 3
 
