@@ -18,6 +18,7 @@ import torch.fx
 from ..capture import Capture
 from ..errors import IncschedError
 from .partition import Program
+from .runner import intra_op_threads
 
 __all__ = ["OutputMismatch", "Divergence", "tolerances", "check_outputs", "check_execution", "first_divergence", "reference_outputs"]
 
@@ -84,14 +85,29 @@ def check_outputs(expected: Sequence[Any], actual: Sequence[Any], *, mixed_devic
     return worst
 
 
-def check_execution(capture: Capture, program: Program, batches: Sequence[Sequence[Any]], execution, devices: Sequence[str | torch.device]) -> float:
+def check_execution(
+    capture: Capture,
+    program: Program,
+    batches: Sequence[Sequence[Any]],
+    execution,
+    devices: Sequence[str | torch.device],
+    threads: int | None = None,
+) -> float:
     """Check every micro-batch's outputs of ``execution`` against the unsplit model; the largest |diff|.
+
+    ``threads``: the intra-op threads the CPU workers ran with; the reference runs with as many, so
+    that the comparison sees partitioning errors and not the thread count's rounding.
 
     Raises
     ------
     OutputMismatch
         Naming the output, and the first diverging fx node (with its graph node and part).
     """
+    with intra_op_threads(threads):
+        return _check_execution(capture, program, batches, execution, devices)
+
+
+def _check_execution(capture, program, batches, execution, devices) -> float:
     mixed = len({torch.device(d).type for d in devices}) > 1
     worst = 0.0
     for m, (batch, got) in enumerate(zip(batches, execution.outputs)):

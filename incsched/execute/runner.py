@@ -9,6 +9,7 @@ device's solved order. PyTorch kernels release the GIL, so workers on different 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -23,7 +24,7 @@ from .partition import ExecutionError, Program, Ref
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Execution", "TaskRecord", "cpu_threads_per_worker", "execute", "pipeline_plan", "placement_plan", "prepare"]
+__all__ = ["Execution", "TaskRecord", "cpu_threads_per_worker", "execute", "intra_op_threads", "pipeline_plan", "placement_plan", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,22 @@ def cpu_threads_per_worker(devices: Sequence[str | torch.device]) -> int | None:
     if on_cpu <= 1:
         return None
     return max(1, (os.cpu_count() or 1) // on_cpu)
+
+
+@contextlib.contextmanager
+def intra_op_threads(threads: int | None):
+    """``torch.set_num_threads(threads)`` for the block (nothing when None); restored afterwards.
+
+    The thread count changes how CPU kernels split their reductions, and so the last bits of float
+    results: a reference must be computed with the threads the workers used.
+    """
+    saved = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def pipeline_plan(program: Program, n_micro_batches: int) -> list[list[tuple[int, int]]]:
@@ -187,13 +204,12 @@ def execute(
                 peak_held[w] = max(peak_held[w], held[w])
             done[(p, m)].set()
 
-    saved = torch.get_num_threads()
     workers = [threading.Thread(target=work, args=(w,), name=f"incsched-worker-{w}", daemon=True) for w in range(len(plan))]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    torch.set_num_threads(saved)
+    with intra_op_threads(None):  # workers set their own; the caller's count comes back afterwards
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
     if failure:
         raise failure[0]
     outputs = [[values[(r.part, m)][r.index] if r.part is not None else batches[m][r.index] for r in program.outputs] for m in range(len(batches))]

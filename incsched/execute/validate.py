@@ -238,7 +238,7 @@ def validate_stages(
     batches = micro_batches(capture.example_inputs, n_micro_batches, seed)
     plan = pipeline_plan(program, n_micro_batches)
     first, runs = _timed_runs(program, batches, devices, plan, repeats, processes)
-    worst = check_execution(capture, program, batches, first, devices)
+    worst = check_execution(capture, program, batches, first, devices, cpu_threads_per_worker(devices))
     return Validation(
         graph=capture.graph.name,
         kind="stage",
@@ -272,7 +272,7 @@ def validate_placement(
     prepare(program, devices)
     batches = micro_batches(capture.example_inputs, 1, seed)
     first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats, processes)
-    worst = check_execution(capture, program, batches, first, devices)
+    worst = check_execution(capture, program, batches, first, devices, cpu_threads_per_worker(devices))
     sched = simulate(device_problem(capture.graph, devices, links), placement, "ordered")
     unit = sched.makespan_seconds / sched.makespan if sched.makespan else 0.0  # seconds per tick
     return Validation(
