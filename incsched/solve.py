@@ -29,7 +29,7 @@ from .evaluate.simulate import simulate
 from .evaluate.stage import evaluate_stages
 from .problems.placement import Placement, PlacementProblem
 from .problems.stage import StageProblem
-from .relax import placement_window, stage_window, window_is_everything
+from .relax import placement_window, stage_band_window, stage_window, window_is_everything
 from .result import Result, library_versions
 
 __all__ = ["solve", "METHODS", "SolverDisagreement"]
@@ -220,6 +220,7 @@ class _Run:
             reason=reason,
             provenance={
                 "time_unit": self.problem.time_unit,
+                "graph_digest": self.problem.graph.structure_digest(),
                 "windows": self.windows,
                 "versions": library_versions(),
                 "workers": 1 if self.settings.deterministic else self.settings.workers,
@@ -247,6 +248,19 @@ def _num(x) -> float | int:
 
 
 # ---------------------------------------------------------------------------- stage problem
+
+
+#: Stage models with more node-stage pairs than this are improved by band search (`_StageSolve._bands`).
+_BAND_MIN_PAIRS = 5_000
+
+#: Adjacent stages opened up together in one band.
+_BAND_WIDTH = 2
+
+#: Peak memory above the average stage load (bytes) that `_StageSolve._rebalance` is tried for.
+_BALANCE_SLACK = 5
+
+#: Time limit of one band's solve per thousand nodes (seconds; deterministic seconds in deterministic mode).
+_BAND_SECONDS = 1.0
 
 
 class _StageSolve(_Run):
@@ -302,7 +316,11 @@ class _StageSolve(_Run):
             self.windows.append({"phase": "incumbent", "prescheduler": name, "objective": _num(self.check(hint).objective)})
 
         best, window_optimal = hint, False
-        if method == "inc-ilp":
+        if method == "inc-ilp" and p.graph.n_nodes * p.n_stages > _BAND_MIN_PAIRS:
+            best, settled = self._bands(solve_stage, hint, lb)
+            if not settled or self.budget.left() <= 0 or self.check(best).objective <= lb:
+                return self._finish(method, best, lb, "combinatorial", window_optimal=False)
+        elif method == "inc-ilp":
             best, window_optimal, proven = self._windows(solve_stage, hint, radius, lb)
             if proven:
                 return self._finish(method, best, lb, "cpsat-full", window_optimal=True, proven=True)
@@ -315,7 +333,7 @@ class _StageSolve(_Run):
         exact = p if method != "inc-ilp" else self._objective_window(self.check(best).objective)
         return self._prove(method, lambda settings: solve_stage(exact, settings, hint=best), best, lb, window_optimal)
 
-    def _objective_window(self, incumbent_objective: float) -> StageProblem:
+    def _objective_window(self, incumbent_objective: float, record: bool = True) -> StageProblem:
         """The problem with a hard stage-memory cap that no answer at least as good can exceed.
 
         An answer of objective <= the incumbent's has ``w_mem * mem_peak <= objective - (every other
@@ -332,8 +350,141 @@ class _StageSolve(_Run):
         # The tolerance keeps float weights from rounding a reachable memory just under the cap.
         cap = math.floor((incumbent_objective - others) / w["mem_peak"] + 1e-9)
         caps = [cap] * p.n_stages if p.capacity is None else [min(cap, c) for c in p.capacity]
-        self.windows.append({"phase": "objective-window", "mem_cap": min(caps)})
+        if record:
+            self.windows.append({"phase": "objective-window", "mem_cap": min(caps)})
         return replace(p, capacity=tuple(caps))
+
+    def _bands(self, solve_stage, incumbent, lb: float):
+        """Large models: re-solve bands of adjacent stages exactly, the rest held, while it pays.
+
+        Band after band (stages 0-1, 1-2, ...; `stage_band_window`), CP-SAT re-optimises the nodes
+        on those stages under the objective window, with the loadless nodes free everywhere; each
+        improvement is polished by placing the loadless nodes optimally (an LP) and becomes the
+        centre of the next band. The whole model of a graph this size neither proves nor improves
+        much in the budget, while bands of a few hundred nodes solve in about a second each
+        (rand_graph_1000_1, K=10, 2 workers, 10 s: whole model 11,343,733-11,343,830, bands
+        11,343,245-11,343,302 on a loaded 2-core machine).
+
+        An incumbent whose peak memory sits well above the average stage load is first re-balanced
+        (`_rebalance`): no single band can lower a peak shared by several stages, since the load
+        must travel across all of them.
+
+        Returns the best assignment and whether the search settled: one full cycle of bands,
+        each proven optimal inside its band, without an improvement. Settled or not, the result
+        is no window optimum: the bands together are not one window.
+        """
+        from .baselines.stage_local import place_loadless_nodes
+
+        p = self.problem
+        started = time.perf_counter()
+        best = place_loadless_nodes(p, incumbent)
+        best_obj = self.check(best).objective
+        center, center_obj = best, best_obj
+        if self._imbalance(best) > _BALANCE_SLACK:
+            center = self._rebalance(solve_stage, best, _BALANCE_SLACK)
+            center_obj = self.check(center).objective
+            self.windows.append({"phase": "rebalance", "objective": _num(center_obj), "mem_excess": self._imbalance(center)})
+        center, settled, solves, improved = self._band_loop(solve_stage, center, lb)
+        if self.check(center).objective < best_obj:
+            best, best_obj = center, self.check(center).objective
+        self._phase("bands", started)
+        width = min(_BAND_WIDTH, p.n_stages)
+        self.windows.append({"phase": "bands", "width": width, "solves": solves, "improved": improved, "settled": settled, "objective": _num(best_obj)})
+        return best, settled
+
+    def _band_limit(self) -> float:
+        """One band's time: a second per thousand nodes (a band holds about 2/K of them)."""
+        return max(min(_BAND_SECONDS * max(1.0, self.problem.graph.n_nodes / 1000), self.budget.left()), 1e-3)
+
+    def _band_loop(self, solve_stage, center, lb: float):
+        """Bands in turn from ``center`` until the budget ends or a full cycle brings nothing.
+
+        Returns (best, settled, solves, improved). Outside deterministic mode each band's
+        time leaves room for the model building and checks the previous bands needed, so the
+        loop ends within the wall-clock budget.
+        """
+        from .baselines.stage_local import loadless_nodes, place_loadless_nodes
+
+        p = self.problem
+        K = p.n_stages
+        width = min(_BAND_WIDTH, K)
+        firsts = list(range(K - width + 1))
+        roaming = loadless_nodes(p)
+        best, best_obj = center, self.check(center).objective
+        calm, solves, improved, i = 0, 0, 0, 0
+        overhead = 0.0  # wall seconds a band costs besides CP-SAT's search (model, LP, checks)
+        while self.budget.left() > overhead and best_obj > lb and calm < len(firsts):
+            first = firsts[i % len(firsts)]
+            i += 1
+            started = time.perf_counter()
+            window = stage_band_window(p, best, first, width, roaming)
+            exact = self._objective_window(best_obj, record=False)
+            limit = self._band_limit() if self.settings.deterministic else max(self._band_limit() - overhead, 1e-3)
+            out = solve_stage(exact, replace(self.settings, time_limit=limit), window=window, hint=best)
+            self.budget.charge(out)
+            solves += 1
+            if out.assignment is not None and out.objective < best_obj:
+                self.check(out.assignment, out.objective)
+                best = place_loadless_nodes(p, out.assignment)
+                best_obj = self.check(best).objective
+                calm, improved = 0, improved + 1
+            else:
+                calm = calm + 1 if out.status == "optimal" else 0
+            if not self.settings.deterministic:  # the clock decides nothing in deterministic mode
+                search = out.wall_time - float(out.info.get("build_seconds") or 0.0)
+                overhead = max(overhead, time.perf_counter() - started - search)
+        return best, calm >= len(firsts), solves, improved
+
+    def _imbalance(self, stages) -> int:
+        """Peak stage memory above the average load rounded up (0 when memory is not weighed)."""
+        p = self.problem
+        if p.weights.mem_peak <= 0 or p.graph.n_nodes == 0:
+            return 0
+        params = p.graph.param_bytes
+        load = np.bincount(np.asarray(stages), weights=params, minlength=p.n_stages)
+        return int(round(load.max())) - (-(-int(params.sum()) // p.n_stages))
+
+    def _rebalance(self, solve_stage, stages, slack: int):
+        """One sweep of bands, first to last, that moves load towards the light end of the pipeline.
+
+        Band (k, k+1) is solved with stage k capped at the average load plus ``slack`` and stage
+        k+1 capped so that stages 0..k together hold at least their share (k+1)/K of all
+        parameters less ``slack``; the objective is minimised under those caps. After the sweep
+        every stage is within about ``slack`` of the average, whatever the crossings cost; the
+        band search that follows wins the crossings back. A band whose caps cannot be met in its
+        time is left as it was. The answer may be worse than ``stages``: the caller keeps the best.
+        """
+        from .baselines.stage_local import loadless_nodes, place_loadless_nodes
+
+        p = self.problem
+        K = p.n_stages
+        params = p.graph.param_bytes
+        total = int(params.sum())
+        roaming = loadless_nodes(p)
+        target = -(-total // K) + slack
+        s = np.asarray(stages, dtype=np.int64)
+        for k in range(K - 1):
+            # Exact shares first; a band too coarse or too constrained for them gets a looser aim.
+            for loose in (slack, 20 * slack + total // (100 * K)):
+                if self.budget.left() <= 0:
+                    return place_loadless_nodes(p, s)
+                load = np.rint(np.bincount(s, weights=params, minlength=K)).astype(np.int64)
+                need = -(-(k + 1) * total // K) - loose - int(load[:k].sum())  # least load on stage k
+                if need <= load[k] <= target + loose - slack:
+                    break
+                caps = [total] * K
+                caps[k] = target + loose - slack
+                caps[k + 1] = max(int(load[k] + load[k + 1]) - need, 0)
+                if p.capacity is not None:
+                    caps = [min(a, int(b)) for a, b in zip(caps, p.capacity)]
+                window = stage_band_window(p, s, k, 2, roaming)
+                out = solve_stage(replace(p, capacity=tuple(caps)), replace(self.settings, time_limit=self._band_limit()), window=window, hint=s)
+                self.budget.charge(out)
+                if out.assignment is not None:
+                    self.check(out.assignment, out.objective)
+                    s = out.assignment
+                    break
+        return place_loadless_nodes(p, s)
 
     def _windows(self, solve_stage, incumbent, radius: int, lb: float):
         """Solve inside windows around the incumbent, re-centring and widening while it improves."""
@@ -397,18 +548,42 @@ def _touches_edge(stages, window, K: int) -> bool:
 # ---------------------------------------------------------------------------- placement problem
 
 
+#: Local-search assignments tried per second of time limit, and at most, for the placement incumbent
+#: (about a millisecond each on 200 ops: a fifth of the budget's wall time, on top of CP-SAT's).
+_SEARCH_PER_SECOND = 200
+_SEARCH_MAX = 20_000
+
+
+#: Share of the placement budget the per-segment solves get (the rest goes to the hinted full model).
+_SEGMENT_SHARE = 0.75
+
+#: CP-SAT seconds for each segment's transfer-aware relaxation bound (it proves in well under one).
+_RELAXATION_SECONDS = 2.0
+
+
+def _segment_key(sub: PlacementProblem) -> bytes:
+    """What a segment's problem is up to node names: durations, edges and transfer ticks."""
+    g = sub.graph
+    parts = (sub.durations(), g.src, g.dst, sub.transfer_ticks(), g.param_bytes)
+    return b"|".join(np.ascontiguousarray(a).tobytes() for a in parts) + repr([a.shape for a in parts]).encode()
+
+
 class _PlacementSolve(_Run):
     kind = "placement"
+    bound_source = "combinatorial"
     preschedulers = {**PLACEMENT_BASELINES, "rl": _rl_prescheduler("incsched.policy.placement_policy")}
 
     def _best_baseline(self, problem, seed) -> Placement:
+        """The better list schedule, improved by local search sized by the time limit (not timed: reproducible)."""
+        from .baselines.placement_local import local_search
+
         best = None
         for name in ("heft", "critical_path_list"):
             placement = self.preschedulers[name](problem, seed)
             makespan = simulate(problem, placement, "ordered").makespan
             if best is None or makespan < best[0]:
                 best = (makespan, placement)
-        return best[1]
+        return local_search(problem, seed, evaluations=self._evaluations(problem.n_nodes), start=best[1])
 
     def check(self, placement: Placement, claimed=None):
         """Execute the placement in the independent simulator; it must match the solver's claim."""
@@ -431,6 +606,8 @@ class _PlacementSolve(_Run):
     def run(self, method: str, preschedule) -> Result:
         from solvers.cpsat.placement import solve_placement
 
+        from .baselines.placement_local import decomposable
+
         p = self.problem
         lb = float(placement_lower_bound(p))
         if method in self.preschedulers:
@@ -449,7 +626,11 @@ class _PlacementSolve(_Run):
             self._phase("preschedule", started)
             self.windows.append({"phase": "incumbent", "prescheduler": name, "objective": int(self.check(best).makespan)})
         window_optimal = False
-        if method == "inc-ilp":
+        if method == "inc-ilp" and decomposable(p):
+            best, lb = self._segments(solve_placement, best, lb)
+            if self.check(best).makespan <= lb:
+                return self._finish(method, best, lb, self.bound_source, False)
+        elif method == "inc-ilp":
             started = time.perf_counter()
             window = placement_window(p, best.device)
             out = solve_placement(p, self._settings(_WINDOW_SHARE), window=window, hint=best)
@@ -465,6 +646,73 @@ class _PlacementSolve(_Run):
                 return self._finish(method, best, lb, "combinatorial", window_optimal)
 
         return self._prove(method, lambda settings: solve_placement(p, settings, hint=best), best, lb, window_optimal)
+
+    def _prove(self, method, full_solve, best, lb, window_optimal) -> Result:
+        result = super()._prove(method, full_solve, best, lb, window_optimal)
+        if result.bound_source == "combinatorial" and self.bound_source != "combinatorial":
+            result = replace(result, bound_source=self.bound_source)  # the bound the segments proved
+        return result
+
+    def _segments(self, solve_placement, incumbent: Placement, lb: float) -> tuple[Placement, float]:
+        """Solve each stretch between cut nodes on its own, glue the answers, and add up their bounds.
+
+        A cut node (a norm or residual add that everything precedes or follows) runs alone, so
+        a segment between two of them is a placement problem of its own: a 40-60-op model that
+        CP-SAT searches far better than the whole graph. Timed from the end of the entry cut node
+        (made instant in the segment's problem), segment optima add up to a bound on the whole
+        makespan: ``sum(segment bounds) - (segments with an entry cut node)`` ticks.
+        """
+        from solvers.cpsat.placement import segment_bound
+
+        from .baselines.placement_local import compose, local_search, segments, subproblem
+
+        p = self.problem
+        started = time.perf_counter()
+        parts, total_bound = [], 0
+        seg_nodes = segments(p)
+        subs = [subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ()) for i, nodes in enumerate(seg_nodes)]
+        # Repeated blocks give identical segments: each is solved once, with the time of all its copies.
+        solved: dict[bytes, tuple[Placement, int]] = {}
+        keys = [_segment_key(sub) for sub in subs]
+        big = sum(len(nodes) for nodes in seg_nodes if len(nodes) > 2)
+        phase = self.budget.left() * _SEGMENT_SHARE
+        for i, (nodes, sub, key) in enumerate(zip(seg_nodes, subs, keys)):
+            entry = (nodes[0],) if i > 0 else ()  # every segment after the first starts at its cut node
+            if key in solved:
+                pl, bound = solved[key]
+            elif len(nodes) <= 2:
+                pl = local_search(sub, self.seed, evaluations=1)
+                bound = simulate(sub, pl, "ordered").makespan  # one or two nodes in a chain: exact
+            else:
+                hint = local_search(sub, self.seed, evaluations=self._evaluations(len(nodes)))
+                limit = max(phase * len(nodes) * keys.count(key) / big, 1e-3)
+                out = solve_placement(sub, replace(self.settings, time_limit=limit, max_deterministic_time=None), hint=hint)
+                self.budget.charge(out)
+                pl = hint
+                if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:
+                    pl = Placement(out.assignment, tuple(tuple(o) for o in out.info["order"]), start=out.start)
+                bound = int(out.bound) if out.bound is not None else sub.lower_bound_ticks()
+                # The transfer-aware relaxation usually bounds a segment far above CP-SAT's search.
+                relaxed, capped = segment_bound(sub, replace(self.settings, time_limit=_RELAXATION_SECONDS, max_deterministic_time=None))
+                self.budget.wall_capped = self.budget.wall_capped or capped
+                bound = max(bound, relaxed)
+                self.windows.append({"phase": "segment", "nodes": len(nodes), "copies": keys.count(key), "status": out.status, "objective": out.objective, "bound": bound})
+            solved[key] = (pl, bound)
+            parts.append((nodes, pl))
+            total_bound += bound - len(entry)
+        glued = compose(p, parts)
+        self._phase("segments", started)
+        best = incumbent
+        if self.value(glued) < self.value(best):
+            best = glued
+        if total_bound > lb:
+            lb, self.bound_source = float(total_bound), "segments"
+        return best, lb
+
+    def _evaluations(self, n_nodes: int) -> int:
+        """Local-search budget: by time limit, scaled to the share of the graph being searched."""
+        scale = n_nodes / max(self.problem.n_nodes, 1)
+        return int(min(max(self.settings.time_limit * _SEARCH_PER_SECOND * scale, 200), _SEARCH_MAX))
 
     def _finish(self, method, placement: Placement, bound, source, window_optimal, proven=False) -> Result:
         sched = self.check(placement)

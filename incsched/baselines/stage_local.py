@@ -13,7 +13,7 @@ import numpy as np
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 
-__all__ = ["improve_by_moves", "dp_local_search"]
+__all__ = ["improve_by_moves", "dp_local_search", "loadless_nodes", "place_loadless_nodes"]
 
 
 def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> np.ndarray:
@@ -234,11 +234,87 @@ def _swap_comm_delta(g, s, units, net, u: int, v: int, a: int, b: int) -> int | 
     return delta
 
 
-def dp_local_search(problem: StageProblem, seed: int = 0, *, rounds: int = 5) -> np.ndarray:
-    """The PipeDream-style DP's split, polished by `improve_by_moves` until it stops improving."""
+def loadless_nodes(problem: StageProblem) -> np.ndarray:
+    """Nodes whose stage changes no peak, spill or capacity: only ``comm_total`` depends on them.
+
+    With every other node fixed, the best stages of these nodes solve a linear program over
+    difference constraints (`place_loadless_nodes`). A node with parameters is loadless only when no
+    memory term or capacity is in play; likewise compute ticks and ``compute_peak``. Under
+    ``comm_peak`` any node with net traffic moves a boundary load, so it is never loadless.
+    """
+    g, w = problem.graph, problem.weights
+    units = problem.edge_comm
+    net = np.bincount(g.dst, weights=units, minlength=g.n_nodes) - np.bincount(g.src, weights=units, minlength=g.n_nodes)
+    out = np.ones(g.n_nodes, dtype=bool)
+    if w.mem_peak > 0 or w.spill > 0 or problem.capacity is not None:
+        out &= g.param_bytes == 0
+    if w.compute_peak > 0:
+        out &= ~problem.node_ticks.any(axis=1)
+    if w.comm_peak > 0:
+        out &= net == 0
+    return out
+
+
+def place_loadless_nodes(problem: StageProblem, stages) -> np.ndarray:
+    """The best stages of the loadless nodes (`loadless_nodes`) with every other node kept fixed.
+
+    Minimises ``comm_total`` = sum_v net(v) s_v over the loadless nodes subject to s_u <= s_v on
+    every edge: a linear program whose constraint matrix is a network matrix, so the simplex
+    vertex GLOP returns is integral. On the ICML'24 peer graphs more than half the nodes carry no
+    parameters, and this alone removes about a tenth of the crossings a DP split plus single moves
+    leave (rand_graph_1000_1: 2595 -> 2327 crossings in 0.25 s). GLOP, not scipy's HiGHS: importing
+    ``scipy.optimize`` costs 1.5 s, a sixth of a 10-s budget. Returns the input unchanged if
+    nothing is loadless, the LP fails, or its answer is not integral.
+    """
+    from ortools.linear_solver import pywraplp
+
+    g, K = problem.graph, problem.n_stages
+    s = np.asarray(stages, dtype=np.int64).copy()
+    free = loadless_nodes(problem)
+    if K == 1 or not free.any() or problem.weights.comm_total <= 0 or g.n_edges == 0:
+        return s
+    units = problem.edge_comm
+    net = (np.bincount(g.dst, weights=units, minlength=g.n_nodes) - np.bincount(g.src, weights=units, minlength=g.n_nodes)).astype(np.int64)
+    # Fixed neighbours become bounds; only edges between two loadless nodes become rows.
+    lo = np.zeros(g.n_nodes, dtype=np.int64)
+    hi = np.full(g.n_nodes, K - 1, dtype=np.int64)
+    into_free = free[g.dst] & ~free[g.src]
+    np.maximum.at(lo, g.dst[into_free], s[g.src[into_free]])
+    from_free = free[g.src] & ~free[g.dst]
+    np.minimum.at(hi, g.src[from_free], s[g.dst[from_free]])
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    x = {v: solver.NumVar(float(lo[v]), float(hi[v]), "") for v in np.flatnonzero(free).tolist()}
+    both = free[g.src] & free[g.dst]
+    for u, v in zip(g.src[both].tolist(), g.dst[both].tolist()):
+        row = solver.Constraint(-solver.infinity(), 0.0)
+        row.SetCoefficient(x[u], 1.0)
+        row.SetCoefficient(x[v], -1.0)
+    objective = solver.Objective()
+    for v, var in x.items():
+        objective.SetCoefficient(var, float(net[v]))
+    objective.SetMinimization()
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return s
+    placed = s.copy()
+    values = np.asarray([var.solution_value() for var in x.values()])
+    rounded = np.rint(values).astype(np.int64)
+    if np.abs(values - rounded).max(initial=0.0) > 1e-6:
+        return s
+    placed[list(x)] = rounded
+    if np.any(placed[g.src] > placed[g.dst]):
+        return s
+    return placed if evaluate_stages(problem, placed).objective <= evaluate_stages(problem, s).objective else s
+
+
+def dp_local_search(problem: StageProblem, seed: int = 0, *, rounds: int = 5, start=None) -> np.ndarray:
+    """The PipeDream-style DP's split, polished by `improve_by_moves` until it stops improving,
+    then its loadless nodes placed optimally (`place_loadless_nodes`).
+
+    ``start`` is the DP's split when the caller has it already (`best_baseline` does).
+    """
     from .stage import pipedream_dp
 
-    stages = pipedream_dp(problem, seed)
+    stages = pipedream_dp(problem, seed) if start is None else np.asarray(start, dtype=np.int64)
     objective = evaluate_stages(problem, stages).objective
     for _ in range(rounds):
         candidate = improve_by_moves(problem, stages)
@@ -246,4 +322,4 @@ def dp_local_search(problem: StageProblem, seed: int = 0, *, rounds: int = 5) ->
         if value >= objective:
             break
         stages, objective = candidate, value
-    return stages
+    return place_loadless_nodes(problem, stages)
