@@ -36,6 +36,9 @@ class SolverSettings:
     #: CP-SAT presolve probing effort (None: its default). 0 skips probing, which on 1000-node stage
     #: models adds ~300k clauses and seconds of presolve before any search starts.
     probing_level: int | None = None
+    #: Wall-clock cap of a deterministic run (None: 3x its deterministic budget + 10 s). A run the
+    #: cap cuts short may not repeat; label generation, which must repeat, sets a generous one.
+    wall_cap_s: float | None = None
 
     def __post_init__(self):
         if not self.time_limit > 0:

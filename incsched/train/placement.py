@@ -193,7 +193,8 @@ def teacher_schedule(problem: PlacementProblem, time_limit: float, seed: int = 0
         if best is None or s.makespan < best.makespan:
             best, who = s, name
     if time_limit > 0:
-        out = solve_placement(problem, SolverSettings(time_limit=time_limit, seed=seed), hint=best.to_placement())
+        # A generous wall cap: a label cut short by a loaded machine would make the weights depend on load.
+        out = solve_placement(problem, SolverSettings(time_limit=time_limit, seed=seed, wall_cap_s=600.0), hint=best.to_placement())
         if out.assignment is not None:
             s = simulate(problem, Placement(out.assignment, out.info["order"], start=out.start), "ordered")
             if s.makespan < best.makespan:

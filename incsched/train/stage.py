@@ -182,7 +182,8 @@ def exact_labels(problems: list[StageProblem], config: StageTrainConfig) -> list
             log.info("stage labels: %d read from %s", len(data["labels"]), cache)
             return data["labels"]
         log.info("stage labels: cache %s was made for other settings; solving again", cache)
-    settings = SolverSettings(time_limit=config.label_time_limit, deterministic=True, seed=config.seed)
+    # A generous wall cap: a label cut short by a loaded machine would make the weights depend on load.
+    settings = SolverSettings(time_limit=config.label_time_limit, deterministic=True, seed=config.seed, wall_cap_s=600.0)
     labels = []
     for i, problem in enumerate(problems):
         t0 = time.perf_counter()

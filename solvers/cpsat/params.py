@@ -18,6 +18,8 @@ STATUS_NAMES = {
 
 def wall_cap(settings: SolverSettings) -> float:
     """The wall-clock limit a deterministic run gets besides its deterministic-time budget."""
+    if settings.wall_cap_s is not None:
+        return settings.wall_cap_s
     return 3.0 * (settings.max_deterministic_time or settings.time_limit) + 10.0
 
 
