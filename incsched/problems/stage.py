@@ -193,7 +193,9 @@ class StageProblem:
         total = float(self.graph.time(self.device_kind).sum()) / slowest
         if total <= 0:
             return 1e-6
-        return 10.0 ** math.floor(math.log10(total / _MIN_TOTAL_TICKS))
+        unit = 10.0 ** math.floor(math.log10(total / _MIN_TOTAL_TICKS))
+        # log10 rounds: a total a hair under a power of ten can land one decade too coarse.
+        return unit / 10.0 if total / unit < _MIN_TOTAL_TICKS else unit
 
     # ------------------------------------------------------------------ constructors
 
