@@ -560,6 +560,11 @@ _SEGMENT_SHARE = 0.75
 #: CP-SAT seconds for each segment's transfer-aware relaxation bound (it proves in well under one).
 _RELAXATION_SECONDS = 2.0
 
+#: Refuting short makespans of a segment (`segment_proof_bound`) gets this share of the segment's
+#: solve time on top of it, spread over at most `_PROOF_PROBES` bisection probes of two runs each.
+_PROOF_SHARE = 0.2
+_PROOF_PROBES = 4
+
 
 def _segment_key(sub: PlacementProblem) -> bytes:
     """What a segment's problem is up to node names: durations, edges and transfer ticks."""
@@ -662,7 +667,7 @@ class _PlacementSolve(_Run):
         (made instant in the segment's problem), segment optima add up to a bound on the whole
         makespan: ``sum(segment bounds) - (segments with an entry cut node)`` ticks.
         """
-        from solvers.cpsat.placement import segment_bound
+        from solvers.cpsat.placement import segment_bound, segment_proof_bound
 
         from .baselines.placement_local import compose, local_search, segments, subproblem
 
@@ -696,7 +701,14 @@ class _PlacementSolve(_Run):
                 relaxed, capped = segment_bound(sub, replace(self.settings, time_limit=_RELAXATION_SECONDS, max_deterministic_time=None))
                 self.budget.wall_capped = self.budget.wall_capped or capped
                 bound = max(bound, relaxed)
-                self.windows.append({"phase": "segment", "nodes": len(nodes), "copies": keys.count(key), "status": out.status, "objective": out.objective, "bound": bound})
+                # The decision model refutes makespans the relaxation cannot (one run per exit case).
+                per_run = max(limit * _PROOF_SHARE / (2 * _PROOF_PROBES), 1e-3)
+                proof = replace(self.settings, time_limit=per_run, max_deterministic_time=None)
+                proven, probes = segment_proof_bound(sub, simulate(sub, pl, "ordered").makespan, proof, lower=bound, probes=_PROOF_PROBES)
+                if self.settings.deterministic:
+                    self.budget.spent += 2 * per_run * len(probes)  # at most what the probes may have used
+                bound = max(bound, proven)
+                self.windows.append({"phase": "segment", "nodes": len(nodes), "copies": keys.count(key), "status": out.status, "objective": out.objective, "bound": bound, "relaxation": relaxed, "probes": len(probes)})
             solved[key] = (pl, bound)
             parts.append((nodes, pl))
             total_bound += bound - len(entry)

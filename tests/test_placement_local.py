@@ -23,7 +23,7 @@ from incsched.graph import CompGraph
 from incsched.problems.placement import Device, Links, PlacementProblem
 from incsched.solve import solve
 from solvers import SolverSettings
-from solvers.cpsat.placement import segment_bound, solve_placement
+from solvers.cpsat.placement import segment_bound, segment_decision, segment_proof_bound, solve_placement
 
 EXACT = SolverSettings(time_limit=10.0, max_deterministic_time=5.0)
 
@@ -162,6 +162,53 @@ def test_inc_ilp_on_a_transformer_reports_the_segment_bound():
     assert r.objective <= simulate(p, critical_path_list(p)).makespan
     again = solve(p, "inc-ilp", time_limit=3.0)
     assert again.objective == r.objective and again.device == r.device
+
+
+def test_inc_ilp_segment_phase_runs_the_decision_proofs():
+    p = transformer_problem(heads=2, ffn_tiles=2)
+    r = solve(p, "inc-ilp", time_limit=3.0)
+    phases = [w for w in r.provenance["windows"] if w["phase"] == "segment"]
+    assert phases and all("probes" in w and w["bound"] >= w["relaxation"] for w in phases)
+    assert all(w["bound"] <= w["objective"] for w in phases if w["objective"] is not None)
+
+
+# ---------------------------------------------------------------------- the segment decision model (proofs)
+
+
+@given(fork_joins(max_width=3, max_blocks=1))
+@settings(max_examples=20, deadline=None)
+def test_segment_decision_refutes_only_what_is_below_the_optimum(p):
+    opt = solve_placement(p, EXACT)
+    assert opt.status == "optimal"
+    assert segment_decision(p, int(opt.objective), EXACT) != "infeasible"
+    assert segment_decision(p, int(opt.objective) - 1, EXACT) != "feasible"
+
+
+def test_segment_decision_on_identical_branches_and_twins():
+    # s -> two identical branches (a -> b) plus twin leaves c, c' -> t: symmetry breaking in use.
+    p = problem_of(8, [(0, 1), (1, 2), (0, 3), (3, 4), (0, 5), (0, 6), (2, 7), (4, 7), (5, 7), (6, 7)],
+                   [1, 6, 6, 6, 6, 3, 3, 1], [40, 40, 40, 40, 40, 20, 20, 0], D=3, bandwidth=10.0)
+    opt = int(solve_placement(p, EXACT).objective)
+    assert segment_decision(p, opt, EXACT) == "feasible"
+    assert segment_decision(p, opt - 1, EXACT) == "infeasible"
+    bound, probes = segment_proof_bound(p, opt, EXACT)
+    assert bound == opt and probes[0] == {"makespan": opt - 1, "verdict": "infeasible", "seconds": probes[0]["seconds"]}
+
+
+def test_segment_decision_declines_unsupported_shapes():
+    two_sinks = problem_of(3, [(0, 1), (0, 2)], [1, 2, 2], [10, 0, 0])
+    assert segment_decision(two_sinks, 100, EXACT) == "unknown"
+
+
+def test_segment_proof_bound_beats_the_relaxation_on_a_transformer_mlp():
+    p = transformer_problem(heads=2, ffn_tiles=3)
+    nodes = max(segments(p), key=len)
+    i = segments(p).index(nodes)
+    sub = subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ())
+    relaxed, _ = segment_bound(sub, EXACT)
+    best = solve_placement(sub, EXACT)
+    bound, _ = segment_proof_bound(sub, int(best.objective), EXACT, lower=relaxed, probes=4)
+    assert relaxed <= bound <= best.objective
 
 
 if __name__ == "__main__":  # pragma: no cover

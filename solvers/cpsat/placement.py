@@ -22,7 +22,7 @@ from incsched.problems.placement import Placement, PlacementError, PlacementProb
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
 
-__all__ = ["solve_placement", "segment_bound"]
+__all__ = ["solve_placement", "segment_bound", "segment_decision", "segment_proof_bound"]
 
 log = logging.getLogger(__name__)
 
@@ -577,3 +577,365 @@ def _thresholds(values: np.ndarray, most: int = 12) -> list[int]:
     if len(distinct) > most:
         distinct = np.unique(distinct[np.linspace(0, len(distinct) - 1, most).round().astype(int)])
     return distinct.tolist()
+
+
+# ---------------------------------------------------------------------- proofs for a segment: the decision model
+
+
+def segment_decision(problem: PlacementProblem, makespan: int, settings: SolverSettings, *, offsets=None) -> str:
+    """Whether a single-entry, single-exit problem of identical devices has a schedule of at most ``makespan`` ticks.
+
+    A proof tool: the decision form of the placement model, strengthened with constraints every
+    schedule of at most ``makespan`` satisfies, so that CP-SAT refutes short makespans in seconds
+    where the optimisation model's bound stalls. Devices are interchangeable, so the entry runs on
+    device 0 and the exit on device 0 or 1; each case is one CP-SAT run with
+
+    - per-device windows: a node off the entry's device starts no earlier than
+      `_off_device_offsets` allows (the exact earliest start of that node off the entry's device
+      in the problem restricted to its ancestors, solved by CP-SAT when it has at most
+      ``_OFFSET_NODES`` of them; else the cheapest-crossing bound of `segment_bound`), and
+      symmetrically ends early enough to leave the least tail off the exit's device;
+    - energy per device: the nodes a device holds whose release is at least ``a`` and whose tail
+      is at least ``b`` fit in ``makespan - a - b`` (a knapsack over device choices);
+    - one cumulative of all nodes on the ``D`` devices;
+    - symmetry breaking: the other devices are first used in topological order; branches between
+      entry and exit that are identical (same durations, edges and transfer ticks, node by node in
+      topological order) start in order of their first node; twin nodes (same predecessors,
+      successors, duration and ticks) start in order. Relabelling devices, permuting identical
+      branches and swapping twins map schedules to schedules of the same makespan, and the three
+      orders can be imposed one after the other, so some optimal schedule satisfies them all.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        One source, one sink, every device interchangeable and unlimited (as `segment_bound`).
+    makespan : int
+        The makespan to decide, in ticks.
+    settings : SolverSettings
+        Limit per CP-SAT run (there are two: exit on the entry's device, exit elsewhere).
+    offsets : (array, array), optional
+        `_off_device_offsets` of the problem, when already computed (bisection reuses them).
+
+    Returns
+    -------
+    str
+        ``"infeasible"``: proven, no schedule ends by ``makespan`` (so the optimum exceeds it);
+        ``"feasible"``: CP-SAT found one; ``"unknown"``: neither within the limit (or the problem is
+        not of the supported shape).
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> g = CompGraph(["s", "a", "b", "t"], ["s", "s", "a", "b"], ["a", "b", "t", "t"],
+    ...               out_bytes=[1000, 1000, 1000, 0], compute_time={"cpu": [1.0, 10.0, 10.0, 1.0]})
+    >>> p = PlacementProblem.identical(g, 2, bandwidth=10.0, time_unit=1.0)
+    >>> segment_decision(p, 21, SolverSettings(time_limit=5)), segment_decision(p, 22, SolverSettings(time_limit=5))
+    ('infeasible', 'feasible')
+    """
+    shape = _segment_shape(problem)
+    if shape is None:
+        return "unknown"
+    entry, exit_ = shape
+    if problem.n_devices == 1 or entry == exit_:
+        return "feasible" if makespan >= problem.critical_path_ticks() and makespan >= problem.total_work_ticks() else "infeasible"
+    head, tail = offsets if offsets is not None else _off_device_offsets(problem, entry, exit_, settings)
+    for exit_device in (0, 1):
+        model = _DecisionModel(problem, int(makespan), entry, exit_, exit_device, head, tail)
+        if model.infeasible:
+            continue
+        solver, code = _solve_decision(model.model, settings)
+        verdict = {cp_model.INFEASIBLE: "infeasible", cp_model.OPTIMAL: "feasible", cp_model.FEASIBLE: "feasible"}.get(code, "unknown")
+        if verdict != "infeasible":
+            return verdict  # an open case settles nothing: the other one need not be run
+    return "infeasible"
+
+
+def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverSettings, *, lower: int | None = None, probes: int = 12) -> tuple[int, list[dict]]:
+    """The largest makespan bound `segment_decision` proves below ``upper``, by bisection.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        As for `segment_decision`.
+    upper : int
+        A makespan known to be achievable (an incumbent's), in ticks.
+    settings : SolverSettings
+        Limit per CP-SAT run.
+    lower : int, optional
+        A bound already proven (default ``problem.lower_bound_ticks()``).
+    probes : int
+        Most decisions tried.
+
+    Returns
+    -------
+    (int, list of dict)
+        A lower bound on the optimum in ticks (``upper`` itself when ``upper - 1`` is refuted: then
+        ``upper`` is optimal), and each probe's ``makespan``, ``verdict`` and ``seconds``.
+    """
+    lo = max(int(lower if lower is not None else 0), problem.lower_bound_ticks())  # proven: optimum >= lo
+    hi = int(upper) - 1  # the largest makespan still worth refuting
+    log_: list[dict] = []
+    shape = _segment_shape(problem)
+    if shape is None or problem.n_devices == 1 or shape[0] == shape[1] or lo > hi:
+        return lo, log_
+    offsets = _off_device_offsets(problem, shape[0], shape[1], settings)
+    while lo <= hi and len(log_) < probes:
+        # Refuting upper - 1 first closes the gap at once when the incumbent is optimal.
+        t = hi if not log_ else (lo + hi) // 2
+        started = time.perf_counter()
+        verdict = segment_decision(problem, t, settings, offsets=offsets)
+        log_.append({"makespan": t, "verdict": verdict, "seconds": time.perf_counter() - started})
+        if verdict == "infeasible":
+            lo = t + 1
+        else:
+            hi = t - 1
+    return lo, log_
+
+
+#: Nodes with at most this many ancestors (descendants) get their off-device offset from an exact solve.
+_OFFSET_NODES = 16
+
+#: CP-SAT seconds for each such solve (its bound is used, so a cut-off solve is still valid).
+_OFFSET_SECONDS = 5.0
+
+
+def _segment_shape(problem: PlacementProblem) -> tuple[int, int] | None:
+    g = problem.graph
+    if problem.n_nodes == 0 or len(problem.identical_devices) != 1 or np.any(~problem.allowed_devices()):
+        return None
+    # Relabelling devices must map schedules to schedules: no memory limits, one price per edge.
+    if any(d.memory is not None for d in problem.devices) or (g.n_edges and problem.uniform_transfer_ticks() is None):
+        return None
+    sources, sinks = np.flatnonzero(g.in_degree == 0), np.flatnonzero(g.out_degree == 0)
+    if len(sources) != 1 or len(sinks) != 1:
+        return None
+    return int(sources[0]), int(sinks[0])
+
+
+def _relatives(g, forward: bool) -> list[set[int]]:
+    """Ancestors (forward) or descendants of every node."""
+    order = g.topological_order().tolist()
+    out: list[set[int]] = [set() for _ in range(g.n_nodes)]
+    for v in (order if forward else order[::-1]):
+        for u in (g.predecessors(v) if forward else g.successors(v)).tolist():
+            out[v] |= out[u] | {u}
+    return out
+
+
+def _off_device_offsets(problem, entry: int, exit_: int, settings: SolverSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Earliest start of each node off the entry's device, least tail of each node off the exit's device.
+
+    Start from the cheapest-crossing offsets of `segment_bound`; for a node with few ancestors,
+    the optimum of "the node's ancestors and the node, entry on device 0, the node elsewhere" is
+    a valid earliest start (dropping every other node only relaxes the problem), and likewise for
+    tails with the descendants. Identical small problems (repeated branches) are solved once.
+    """
+    from incsched.baselines.placement_local import subproblem
+
+    g = problem.graph
+    dur = problem.durations()[:, 0].astype(np.int64)
+    off = ~np.eye(problem.n_devices, dtype=bool)
+    cross = problem.transfer_ticks()[:, off].min(axis=1) if g.n_edges else np.zeros(0, np.int64)
+    head0 = np.rint(g.top_level(dur.astype(np.float64), None)).astype(np.int64)
+    tail0 = np.rint(g.bottom_level(dur.astype(np.float64), None)).astype(np.int64) - dur
+    head = _crossing_offsets(g, dur, cross, head0, entry, forward=True)
+    tail = _crossing_offsets(g, dur, cross, tail0, exit_, forward=False)
+    small = _capped(settings, _OFFSET_SECONDS)
+    cache: dict[bytes, int] = {}
+    topo_pos = np.empty(g.n_nodes, dtype=np.int64)
+    topo_pos[g.topological_order()] = np.arange(g.n_nodes)
+    for rel, out, forward in ((_relatives(g, True), head, True), (_relatives(g, False), tail, False)):
+        for v in range(g.n_nodes):
+            if not 0 < len(rel[v]) <= _OFFSET_NODES:
+                continue
+            nodes = sorted(rel[v] | {v}, key=lambda u: topo_pos[u])
+            sub = subproblem(problem, nodes)
+            key = _problem_key(sub)
+            if key not in cache:
+                s_entry, s_exit = _segment_shape(sub)
+                # The node is the sink (heads) or the source (tails) of `sub`; either way it sits off
+                # the device of the other end, which is device 0 for the source.
+                model = _DecisionModel(sub, None, s_entry, s_exit, 1, None, None)
+                solver, _ = _solve_decision(model.model, small)
+                cache[key] = int(solver.BestObjectiveBound())
+            out[v] = max(int(out[v]), cache[key] - int(dur[v]))
+    return head, tail
+
+
+def _solve_decision(model: cp_model.CpModel, settings: SolverSettings):
+    """Solve; OR-Tools 9.15's presolve can fail with an internal IndexError on these models
+    (seen on a 7-node fork with the energy rows and the cumulative): then solve without presolve."""
+    solver = make_solver(settings)
+    try:
+        return solver, solver.Solve(model)
+    except IndexError:
+        log.debug("CP-SAT presolve failed on a segment decision model; solving without presolve")
+        solver = make_solver(settings)
+        solver.parameters.cp_model_presolve = False
+        return solver, solver.Solve(model)
+
+
+def _capped(settings: SolverSettings, seconds: float) -> SolverSettings:
+    from dataclasses import replace
+
+    return replace(settings, time_limit=min(settings.time_limit, seconds), max_deterministic_time=None)
+
+
+def _problem_key(sub: PlacementProblem) -> bytes:
+    g = sub.graph
+    parts = (sub.durations(), g.src, g.dst, sub.transfer_ticks())
+    return b"|".join(np.ascontiguousarray(a).tobytes() for a in parts) + repr([a.shape for a in parts]).encode()
+
+
+class _DecisionModel:
+    """The strengthened segment model: decide ``makespan`` (or, with None, minimise it without offsets)."""
+
+    def __init__(self, problem, makespan, entry, exit_, exit_device, head, tail):
+        g = self.graph = problem.graph
+        n, D = problem.n_nodes, problem.n_devices
+        dur = problem.durations()[:, 0].astype(np.int64)
+        off = ~np.eye(D, dtype=bool)
+        cross = problem.transfer_ticks()[:, off].min(axis=1) if g.n_edges else np.zeros(0, np.int64)
+        ticks = problem.transfer_ticks()
+        head0 = np.rint(g.top_level(dur.astype(np.float64), None)).astype(np.int64)
+        tail0 = np.rint(g.bottom_level(dur.astype(np.float64), None)).astype(np.int64) - dur
+        if head is None:
+            head = _crossing_offsets(g, dur, cross, head0, entry, forward=True)
+            tail = _crossing_offsets(g, dur, cross, tail0, exit_, forward=False)
+        T = int(makespan) if makespan is not None else int(dur.sum() + head.max() + tail.max() + 1)
+        self.infeasible = False
+        m = self.model = cp_model.CpModel()
+        mk = m.NewIntVar(0, T, "makespan")
+        self.start, self.x = [], []
+        per_device: list[list] = [[] for _ in range(D)]
+        release = np.zeros((n, D), dtype=np.int64)
+        tails = np.zeros((n, D), dtype=np.int64)
+        for v in range(n):
+            lo_v, hi_v = int(head0[v]), T - int(tail0[v]) - int(dur[v])
+            if lo_v > hi_v:
+                self.infeasible = True
+                return
+            s = m.NewIntVar(lo_v, hi_v, f"start[{v}]")
+            xs = []
+            for d in range(D):
+                lit = m.NewBoolVar(f"on[{v},{d}]")
+                xs.append(lit)
+                release[v, d] = head0[v] if d == 0 else head[v]
+                tails[v, d] = tail0[v] if d == exit_device else tail[v]
+                lo, hi = int(release[v, d]), T - int(tails[v, d]) - int(dur[v])
+                if lo > hi or (v == entry and d != 0) or (v == exit_ and d != exit_device):
+                    m.Add(lit == 0)
+                    continue
+                # An own start per device carries that device's window into its NoOverlap.
+                sd = m.NewIntVar(lo, hi, f"start[{v},{d}]")
+                m.Add(sd == s).OnlyEnforceIf(lit)
+                per_device[d].append(m.NewOptionalFixedSizeIntervalVar(sd, int(dur[v]), lit, f"run[{v},{d}]"))
+                m.Add(mk >= s + int(dur[v] + tails[v, d])).OnlyEnforceIf(lit)
+            m.AddExactlyOne(xs)
+            m.Add(mk >= s + int(dur[v] + tail0[v]))
+            self.start.append(s)
+            self.x.append(xs)
+        for ivs in per_device:
+            if len(ivs) > 1:
+                m.AddNoOverlap(ivs)
+        m.AddCumulative([m.NewFixedSizeIntervalVar(s, int(dur[v]), f"busy[{v}]") for v, s in enumerate(self.start)], [1] * n, D)
+        m.Add(D * mk >= int(dur.sum()))
+        for k in range(g.n_edges):
+            u, v = int(g.src[k]), int(g.dst[k])
+            m.Add(self.start[v] >= self.start[u] + int(dur[u]))
+            t = int(ticks[k][off].min())
+            if t > 0:
+                same = m.NewBoolVar(f"same[{k}]")
+                m.Add(self.start[v] >= self.start[u] + int(dur[u]) + t).OnlyEnforceIf(same.Not())
+                for d in range(D):
+                    m.AddBoolOr([self.x[u][d].Not(), self.x[v][d].Not(), same])
+                    m.AddBoolOr([same.Not(), self.x[u][d].Not(), self.x[v][d]])
+        if makespan is not None:
+            self._energy(T, dur, release, tails)
+        self._symmetry(entry, exit_, exit_device, dur, ticks)
+        if makespan is None:
+            m.Minimize(mk)
+
+    def _energy(self, T, dur, release, tails) -> None:
+        n, D = release.shape
+        for d in range(D):
+            for a in _thresholds(release[:, d], most=24):
+                for b in _thresholds(tails[:, d], most=24):
+                    members = [v for v in range(n) if release[v, d] >= a and tails[v, d] >= b]
+                    cap = T - int(a) - int(b)
+                    if members and sum(int(dur[v]) for v in members) > cap:
+                        self.model.Add(sum(int(dur[v]) * self.x[v][d] for v in members) <= max(cap, 0))
+
+    def _symmetry(self, entry, exit_, exit_device, dur, ticks) -> None:
+        m, g = self.model, self.graph
+        D = len(self.x[0])
+        topo = g.topological_order().tolist()
+        free = [d for d in range(D) if d not in (0, exit_device)]
+        used: dict[int, object] = {d: None for d in free}
+        for v in topo:
+            for a, b in zip(free, free[1:]):
+                if used[a] is None:
+                    m.Add(self.x[v][b] == 0)
+                else:
+                    m.AddImplication(self.x[v][b], used[a])
+            for d in free[:-1]:
+                lit = m.NewBoolVar("")
+                m.AddImplication(self.x[v][d], lit)
+                if used[d] is None:
+                    m.AddImplication(lit, self.x[v][d])
+                else:
+                    m.AddImplication(used[d], lit)
+                    m.AddBoolOr([lit.Not(), used[d], self.x[v][d]])
+                used[d] = lit
+        t = ticks.reshape(len(ticks), -1).tolist() if g.n_edges else []
+        # Twins: same duration, same neighbours through edges of the same ticks.
+        groups: dict = {}
+        for v in range(g.n_nodes):
+            ins = tuple(sorted((int(g.src[k]), tuple(t[k])) for k in g.pred_edge[g.pred_ptr[v]:g.pred_ptr[v + 1]].tolist()))
+            outs = tuple(sorted((int(g.dst[k]), tuple(t[k])) for k in g.succ_edge[g.succ_ptr[v]:g.succ_ptr[v + 1]].tolist()))
+            groups.setdefault((int(dur[v]), ins, outs), []).append(v)
+        pos = {v: i for i, v in enumerate(topo)}
+        for vs in groups.values():
+            vs = sorted(vs, key=pos.get)
+            for a, b in zip(vs, vs[1:]):
+                m.Add(self.start[a] <= self.start[b])
+        # Identical branches between entry and exit.
+        for branches in _identical_branches(g, entry, exit_, dur, t).values():
+            for c1, c2 in zip(branches, branches[1:]):
+                m.Add(self.start[c1[0]] <= self.start[c2[0]])
+
+
+
+def _identical_branches(g, entry: int, exit_: int, dur, t) -> dict:
+    """Weakly connected parts of the graph without entry and exit, grouped when identical node by node.
+
+    Nodes of a part are listed in topological order; two parts are identical when their durations
+    and their edges (inside, from the entry, to the exit, with per-pair ticks) agree at every index,
+    which makes "index i to index i" an isomorphism. Groups list their parts by first node.
+    """
+    parent = list(range(g.n_nodes))
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for k in range(g.n_edges):
+        u, v = int(g.src[k]), int(g.dst[k])
+        if entry not in (u, v) and exit_ not in (u, v):
+            parent[find(u)] = find(v)
+    parts: dict[int, list[int]] = {}
+    for v in g.topological_order().tolist():
+        if v not in (entry, exit_):
+            parts.setdefault(find(v), []).append(v)
+    groups: dict = {}
+    for nodes in parts.values():
+        local = {v: i for i, v in enumerate(nodes)}
+        edges = []
+        for k in range(g.n_edges):
+            u, v = int(g.src[k]), int(g.dst[k])
+            if u in local or v in local:
+                edges.append((local.get(u, -1 if u == entry else -2), local.get(v, -1 if v == entry else -2), tuple(t[k])))
+        groups.setdefault((tuple(int(dur[v]) for v in nodes), tuple(sorted(edges))), []).append(nodes)
+    return {key: parts_ for key, parts_ in groups.items() if len(parts_) > 1}
