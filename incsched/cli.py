@@ -123,19 +123,24 @@ def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
 
 def _validate(args) -> int:
     from .capture import capture, zoo
-    from .execute import validate_result
+    from .execute import cpu_threads_per_worker, intra_op_threads, validate_result
     from .jsonio import write_json
     from .result import Result
 
     result = Result.load(args.result)
+    if args.devices:
+        devices = [d.strip() for d in args.devices.split(",")]
+    else:  # one CPU worker per stage or device of the result
+        workers = len(result.order or []) if result.problem == "placement" else max(result.stages or [0]) + 1
+        devices = ["cpu"] * max(1, workers)
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
-    captured = capture(model, inputs, measure=args.graph is None, name=args.model)
+    with intra_op_threads(cpu_threads_per_worker(devices)):  # measure node times as the workers will run
+        captured = capture(model, inputs, measure=args.graph is None, name=args.model)
     if args.graph:
         timed = _read_graph(args.graph, None)
         if timed.structure_digest() != captured.graph.structure_digest():
             raise IncschedError(f"{args.graph}: not the graph of {args.model} as captured here (nodes or edges differ)")
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time))
-    devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
     v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, processes=args.processes)
     what = f"{v.micro_batches} micro-batches" if v.kind == "stage" else "solved per-device order"
     print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}")

@@ -22,7 +22,7 @@ from .calibrate import (
 from .distributed import execute_distributed
 from .equivalence import Divergence, OutputMismatch, check_execution, check_outputs, first_divergence, reference_outputs
 from .partition import ExecutionError, Part, Program, Ref, partition_program, placement_program, segments, stage_program
-from .runner import Execution, TaskRecord, execute, pipeline_plan, placement_plan, prepare
+from .runner import Execution, TaskRecord, cpu_threads_per_worker, execute, intra_op_threads, pipeline_plan, placement_plan, prepare
 from .validate import (
     Validation,
     device_problem,
@@ -53,10 +53,12 @@ __all__ = [
     "Validation",
     "check_execution",
     "check_outputs",
+    "cpu_threads_per_worker",
     "device_problem",
     "execute",
     "execute_distributed",
     "first_divergence",
+    "intra_op_threads",
     "micro_batches",
     "partition_program",
     "pipeline_plan",
