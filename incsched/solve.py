@@ -3,6 +3,14 @@
     problem ──preschedule──> incumbent ──window──> CP-SAT (hinted) ──re-centre / widen──> window optimum
     window optimum ──full model, hinted, for the proof──> optimal | window_optimal | feasible (+ bound, gap)
 
+Two variants of the middle step, chosen by the problem's shape:
+- large stage models (more than 5,000 node-stage pairs): a band search re-solves two adjacent
+  stages at a time (loadless nodes placed by an exact LP) until no band improves; only then the
+  full model is tried for the proof;
+- placements whose graph has cut nodes (norms, residual adds that every node precedes or follows):
+  each segment between them is solved and bounded on its own (local search, hinted CP-SAT,
+  decision-model proofs); the sum of segment bounds is a global lower bound (``segments``).
+
 Every answer is re-checked by the independent evaluator (stage) or simulator (placement) before it
 is returned. In deterministic mode every CP-SAT call runs one worker under a deterministic-time
 budget and the loop decides only on solver answers, never on the clock, so the same input and seed
