@@ -123,16 +123,12 @@ def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
 
 def _validate(args) -> int:
     from .capture import capture, zoo
-    from .execute import cpu_threads_per_worker, intra_op_threads, validate_result
+    from .execute import cpu_threads_per_worker, default_devices, intra_op_threads, validate_result
     from .jsonio import write_json
     from .result import Result
 
     result = Result.load(args.result)
-    if args.devices:
-        devices = [d.strip() for d in args.devices.split(",")]
-    else:  # one CPU worker per stage or device of the result
-        workers = len(result.order or []) if result.problem == "placement" else max(result.stages or [0]) + 1
-        devices = ["cpu"] * max(1, workers)
+    devices = [d.strip() for d in args.devices.split(",")] if args.devices else default_devices(result)
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     with intra_op_threads(cpu_threads_per_worker(devices)):  # measure node times as the workers will run
         captured = capture(model, inputs, measure=args.graph is None, name=args.model)

@@ -25,6 +25,7 @@ from .partition import ExecutionError, Part, Program, Ref, partition_program, pl
 from .runner import Execution, TaskRecord, cpu_threads_per_worker, execute, intra_op_threads, pipeline_plan, placement_plan, prepare
 from .validate import (
     Validation,
+    default_devices,
     device_problem,
     micro_batches,
     predict_pipeline,
@@ -54,6 +55,7 @@ __all__ = [
     "check_execution",
     "check_outputs",
     "cpu_threads_per_worker",
+    "default_devices",
     "device_problem",
     "execute",
     "execute_distributed",

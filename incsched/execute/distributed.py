@@ -23,7 +23,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .partition import ExecutionError, Program
-from .runner import Execution, TaskRecord
+from ..capture.profile import tensor_bytes
+from .runner import Execution, TaskRecord, worker_weight_bytes
 
 log = logging.getLogger(__name__)
 
@@ -193,11 +194,10 @@ def _run_rank(rank: int, program: Program, batches, device: torch.device, tasks,
                 if (p, i) in wanted_outputs:
                     # by value: a tensor shared through the queue dies with this process
                     outputs[(p, i, m)] = value.cpu().numpy() if isinstance(value, torch.Tensor) else value
-            held += sum(v.numel() * v.element_size() for v in out if isinstance(v, torch.Tensor))
+            held += tensor_bytes(out)
             peak = max(peak, held)
     for work in sends:
         work.wait()
-    weights = sum(b.numel() * b.element_size() for part in program.parts if part.worker == rank for b in part.module.buffers())
-    peak_bytes = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else int(weights + peak)
+    peak_bytes = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else int(worker_weight_bytes(program, rank) + peak)
     return {"records": records, "outputs": outputs, "peak_bytes": peak_bytes}
 

@@ -20,11 +20,12 @@ from typing import Any
 
 import torch
 
+from ..capture.profile import tensor_bytes
 from .partition import ExecutionError, Program, Ref
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Execution", "TaskRecord", "cpu_threads_per_worker", "execute", "intra_op_threads", "pipeline_plan", "placement_plan", "prepare"]
+__all__ = ["Execution", "TaskRecord", "cpu_threads_per_worker", "execute", "intra_op_threads", "pipeline_plan", "placement_plan", "prepare", "worker_weight_bytes"]
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def execute(
             with lock:
                 values[(p, m)] = out
                 records.append(TaskRecord(p, m, w, start - t0, end - t0))
-                held[w] += _tensor_bytes(out)
+                held[w] += tensor_bytes(out)
                 peak_held[w] = max(peak_held[w], held[w])
             done[(p, m)].set()
 
@@ -233,8 +234,9 @@ def _check_plan(program: Program, n_batches: int, plan) -> None:
         raise ExecutionError(f"the plan leaves {missing} (part, micro-batch) tasks unrun")
 
 
-def _tensor_bytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor))
+def worker_weight_bytes(program: Program, worker: int) -> int:
+    """Bytes of the weights (part buffers) one worker holds."""
+    return sum(tensor_bytes(list(p.module.buffers())) for p in program.parts if p.worker == worker)
 
 
 def _peaks(program: Program, devices: list[torch.device], peak_held: list[int]) -> list[int]:
@@ -243,6 +245,5 @@ def _peaks(program: Program, devices: list[torch.device], peak_held: list[int]) 
         if device.type == "cuda":
             out.append(int(torch.cuda.max_memory_allocated(device)))
         else:
-            weights = sum(_tensor_bytes(list(p.module.buffers())) for p in program.parts if p.worker == w)
-            out.append(int(weights + peak_held[w]))
+            out.append(int(worker_weight_bytes(program, w) + peak_held[w]))
     return out

@@ -21,7 +21,8 @@ import torch
 
 from ..capture import Capture
 from ..evaluate.simulate import simulate
-from ..problems.placement import Device, Links, Placement, PlacementProblem
+from ..problems.placement import Links, Placement, PlacementProblem
+from .calibrate import calibrated_devices
 from .distributed import execute_distributed
 from .equivalence import check_execution
 from .partition import ExecutionError, Program, placement_program, stage_program
@@ -36,6 +37,7 @@ __all__ = [
     "validate_stages",
     "validate_placement",
     "validate_result",
+    "default_devices",
     "rank_placements",
     "device_problem",
 ]
@@ -140,8 +142,7 @@ def device_problem(graph, devices: Sequence[str], links: Links | None = None) ->
     Without measured ``links``, transfers are free between devices of one kind (threads sharing
     host memory) and cost nothing either way; pass `incsched.execute.calibrate` measurements for CPU+GPU.
     """
-    devs = [Device(name=f"{d}#{i}", kind=torch.device(d).type) for i, d in enumerate(devices)]
-    return PlacementProblem(graph, devs, links or Links())
+    return PlacementProblem(graph, calibrated_devices(devices), links or Links())
 
 
 def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_micro_batches: int, links: Links | None = None) -> dict[str, Any]:
@@ -316,6 +317,13 @@ def rank_placements(
     return rows, float(rho)
 
 
+def default_devices(result) -> list[str]:
+    """One ``"cpu"`` worker per stage (the result's highest stage + 1) or per device of ``result``."""
+    if result.problem == "placement":
+        return ["cpu"] * max(1, len(result.order or []))
+    return ["cpu"] * (max(result.stages or [0]) + 1)
+
+
 def validate_result(
     capture: Capture,
     result,
@@ -345,15 +353,14 @@ def validate_result(
     digest = result.provenance.get("graph_digest")
     if digest is not None and digest != graph.structure_digest():
         raise ExecutionError(f"result was solved for a graph with other nodes or edges than the captured {graph.name!r} (structure digest differs)")
+    devices = list(devices) if devices else default_devices(result)
     if result.problem == "stage":
         K = int(max(assignment)) + 1
-        devices = list(devices) if devices else ["cpu"] * K
         if len(devices) < K:
             raise ExecutionError(f"the result uses {K} stages but only {len(devices)} devices were given")
         v = validate_stages(capture, assignment, devices, n_micro_batches=n_micro_batches, repeats=repeats, links=links, processes=processes)
     else:
         placement = Placement(result.device, result.order)
-        devices = list(devices) if devices else ["cpu"] * placement.n_devices
         v = validate_placement(capture, placement, devices, repeats=repeats, links=links, processes=processes)
     threads = cpu_threads_per_worker(devices)
     v.notes.append("one process per worker (torch.distributed)" if processes else "one thread per worker")
