@@ -100,6 +100,33 @@ def test_batched_samples_follow_the_trained_distribution(n, K, seed):
         assert abs(chosen.sum() - lp) < 1e-3 * max(1.0, abs(lp))
 
 
+@given(n=st.integers(2, 40), K=st.integers(2, 9), seed=st.integers(0, 50))
+@settings(max_examples=15, deadline=None)
+def test_greedy_decode_takes_the_most_likely_stage_of_the_batched_path(n, K, seed):
+    problem = StageProblem.peer(layered_dag(n, skip_prob=0.3, param_bytes=(0, 1000), seed=seed), n_stages=K)
+    policy = untrained(seed)
+    gt = graph_tensors(problem)
+    d = policy.decode(problem, gt=gt)
+    states, lo = trajectory_states(gt, d.stages, problem.graph.src, problem.graph.dst)
+    with torch.no_grad():
+        logp = policy.log_probs(gt, states, lo).double().numpy()
+    # float32 in training, float64 in decoding: equal up to rounding.
+    assert np.all(logp[np.arange(n), d.stages] >= logp.max(axis=1) - 1e-5)
+
+
+def test_sample_rows_are_seeded_and_more_samples_only_add_rows():
+    # Row r draws the r-th block of the seeded stream, so a larger budget keeps every smaller
+    # budget's candidates: "rl" with more samples is never worse.
+    problem = StageProblem.peer(layered_dag(60, width=3, skip_prob=0.3, param_bytes=(0, 1000), seed=3), n_stages=4)
+    policy = untrained(3)
+    few, _ = policy.decode_samples(problem, 4, np.random.default_rng(7), include_greedy=True)
+    many, _ = policy.decode_samples(problem, 9, np.random.default_rng(7), include_greedy=True)
+    again, _ = policy.decode_samples(problem, 9, np.random.default_rng(7), include_greedy=True)
+    assert np.array_equal(few, many[:5]) and np.array_equal(many, again)
+    assert np.array_equal(many[0], policy.decode(problem).stages)
+    assert len({s.tobytes() for s in many}) > 1
+
+
 def test_batched_samples_respect_capacity_when_they_can():
     g = layered_dag(30, width=2, param_bytes=(1, 10), seed=1)
     problem = StageProblem.peer(g, n_stages=3, capacity=[0, 10_000, 10_000])

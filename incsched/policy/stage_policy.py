@@ -13,9 +13,9 @@ trajectory at once (`trajectory_states`) to train by teacher forcing and policy 
 Three pre-schedulers (each ``f(problem, seed) -> stages``), from the policy alone to the policy
 plus an exact split:
 - `preschedule_policy`: the greedy decode, nothing else;
-- `preschedule_sampled` ("rl"): the best of the greedy decode and up to 64 seeded samples at
-  temperature 0.5 (none above 5,000 nodes; `decode_samples` draws them all in one vectorised
-  pass), picked by the evaluator: still only the policy's own assignments;
+- `preschedule_sampled` ("rl"): the best of the greedy decode and 16 to 64 seeded samples at
+  temperature 0.5 (`default_samples`; all decoded in one compiled pass, `stage_kernel`), picked
+  by the evaluator: still only the policy's own assignments;
 - `preschedule` ("rl+dp", what `solve()` uses): those candidates re-cut exactly along the order the
   policy chose (stage, then topological position) by the contiguous-run dynamic program of
   `incsched.baselines.stage`. The cut only moves boundaries within the policy's own order, never
@@ -357,111 +357,17 @@ class StagePolicy(nn.Module):
         t0 = time.perf_counter()
         if not greedy and rng is None:
             raise ValueError("sampling needs an rng")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        gt = gt or graph_tensors(problem)
-        g, K = problem.graph, problem.n_stages
-        n = g.n_nodes
-        p = gt.params
-        hp = self._head_parts(gt)
-        T, P, target, w = hp.T, hp.P, hp.target, hp.w
-        stage_rows, load_coef, b_room, b_fits, b_rise, b_min = hp.stage_rows, hp.load_coef, hp.b_room, hp.b_fits, hp.b_rise, hp.b_min
-        ks_cross, node_base, B_dyn = hp.ks_cross, hp.node_base, hp.B_dyn
-        cap = problem.capacity_array()
-        pred_ptr, pred_idx, pred_edge = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
-        units = gt.units.tolist()
-        p_list = p.tolist()
-        mem = np.zeros(K)
-
-        def refresh() -> np.ndarray:
-            room = np.cumsum(np.maximum(T - mem, 0.0)[::-1])[::-1] / P
-            return stage_rows + np.outer(mem, load_coef) + np.outer(room, b_room) + np.outer(mem <= target, b_fits)
-
-        stage_base = refresh()
-        mem_l = [0.0] * K
-        st = [0] * n
-        conf = [1.0] * n
-        peak = done = 0.0
-        log_prob = 0.0
-        inv_temp = 1.0 / temperature
-        last = K - 1
-        for v in gt.order.tolist():
-            lo, ca, cb = 0, 0.0, 0.0
-            for j in range(pred_ptr[v], pred_ptr[v + 1]):
-                su = st[pred_idx[j]]
-                if su > lo:
-                    lo = su
-                u = units[pred_edge[j]]
-                ca += u
-                cb += u * su
-            pv = p_list[v]
-            if lo < last:
-                deg1 = pred_ptr[v + 1] - pred_ptr[v] + 1
-                row = node_base[v] + np.dot((peak / T, done / P, lo / K, cb / deg1), B_dyn)
-                h = stage_base[lo:] + row
-                if ca:
-                    h += (ca / deg1) * ks_cross[lo:]
-                if pv:
-                    # Broadcasting, not np.outer: this runs once per weighted node.
-                    m = mem[lo:]
-                    after = m + pv
-                    rise = after - peak
-                    if rise.max() > 0.0:
-                        h += (np.maximum(rise, 0.0) * (1.0 / T))[:, None] * b_rise
-                    crossing = (after > target) & (m <= target)  # fits the target now, not with v
-                    if crossing.any():
-                        h[crossing] -= b_fits
-                h[0] += b_min
-                np.maximum(h, 0.0, out=h)
-                z = h @ w
-                if cap is not None:
-                    # Best effort on hard capacity: stages that cannot take v are masked while any can.
-                    fits = mem[lo:] + pv <= cap[lo:]
-                    if fits.any():
-                        z = np.where(fits, z, -np.inf)
-                if greedy:
-                    i = int(z.argmax())
-                    e = np.exp((z - z[i]) * inv_temp)
-                    prob = 1.0 / float(e.sum())
-                else:
-                    # Normalise before the cumulative sum, as training runs have always drawn.
-                    e = np.exp((z - z.max()) * inv_temp)
-                    e /= e.sum()
-                    i = int(min(np.searchsorted(np.cumsum(e), rng.random()), len(z) - 1))
-                    prob = float(e[i])
-                choice = lo + i
-                st[v] = choice
-                conf[v] = prob
-                log_prob += math.log(max(prob, 1e-300))
-            else:
-                choice = st[v] = last
-            if pv:
-                # Incremental `refresh`: v's load on `choice`, the spare room of stages 0..choice,
-                # and whether `choice` still fits the target.
-                old_m = mem_l[choice]
-                new_m = mem_l[choice] = old_m + pv
-                mem[choice] = new_m
-                stage_base[choice] += pv * load_coef
-                d_room = (max(T - new_m, 0.0) - max(T - old_m, 0.0)) / P
-                if d_room:
-                    stage_base[: choice + 1] += d_room * b_room
-                if old_m <= target < new_m:
-                    stage_base[choice] -= b_fits
-                if new_m > peak:
-                    peak = new_m
-                done += pv
-        return StageDecoding(np.asarray(st, dtype=np.int64), np.asarray(conf), log_prob, time.perf_counter() - t0)
-
+        stages, conf, log_prob = self._decode_rows(problem, gt, np.array([greedy]), rng, temperature)
+        return StageDecoding(stages[0], conf[0], float(log_prob[0]), time.perf_counter() - t0)
 
     @torch.no_grad()
     def decode_samples(self, problem: StageProblem, n_samples: int, rng: np.random.Generator, *, temperature: float = 1.0,
-                       gt: GraphTensors | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Sample ``n_samples`` assignments at once: `decode` with ``greedy=False``, vectorised over samples.
+                       gt: GraphTensors | None = None, include_greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Sample ``n_samples`` assignments: `decode` with ``greedy=False``, all from one encoder pass.
 
-        Every sample follows its own trajectory (its own stage loads, peak and earliest stages),
-        but one step advances all of them by the same node, so S samples cost a few array
-        operations on ``[S, K, D]`` per node rather than S passes of `decode`. Stages below a
-        sample's earliest allowed stage are masked, so precedence holds in every sample.
+        Every sample follows its own trajectory (its own stage loads, peak and earliest stages)
+        and is masked to stages at or above its own predecessors', so precedence holds in every
+        sample.
 
         Parameters
         ----------
@@ -472,6 +378,8 @@ class StagePolicy(nn.Module):
         temperature : float
             Softmax temperature (1 is the trained distribution; lower concentrates on the mode).
         gt : GraphTensors, optional
+        include_greedy : bool
+            Prepend the greedy decode as row 0 (then S + 1 rows).
 
         Returns
         -------
@@ -482,91 +390,32 @@ class StagePolicy(nn.Module):
         """
         if n_samples < 1:
             raise ValueError(f"n_samples must be >= 1, got {n_samples!r}")
+        greedy = np.zeros(int(n_samples) + bool(include_greedy), dtype=np.bool_)
+        greedy[0] = include_greedy
+        stages, _, log_prob = self._decode_rows(problem, gt, greedy, rng, temperature)
+        return stages, log_prob
+
+    def _decode_rows(self, problem: StageProblem, gt: GraphTensors | None, greedy: np.ndarray,
+                     rng: np.random.Generator | None, temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Run `stage_kernel.decode_rows`: one row per entry of ``greedy`` (sampled rows draw from ``rng``)."""
+        from .stage_kernel import decode_rows
+
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         gt = gt or graph_tensors(problem)
-        g, K, S = problem.graph, problem.n_stages, int(n_samples)
-        n = g.n_nodes
+        g = problem.graph
         hp = self._head_parts(gt)
-        T, P, target = hp.T, hp.P, hp.target
-        ks = np.arange(K)
+        n_sampled = int((~greedy).sum())
+        # One uniform per (sampled row, node in decode order), drawn up front so the draws do not
+        # depend on the path a row takes.
+        uniforms = rng.random((len(greedy), g.n_nodes)) if n_sampled else np.zeros((len(greedy), 0))
         cap = problem.capacity_array()
-        rows = np.arange(S)
-        mem = np.zeros((S, K))
-        peak = np.zeros(S)
-        done = 0.0
-        st = np.zeros((n, S), dtype=np.int64)  # node-major: a node's stages over samples are one row
-        log_prob = np.zeros(S)
-        inv_temp = 1.0 / temperature
-
-        def refresh() -> np.ndarray:
-            room = np.cumsum(np.maximum(T - mem, 0.0)[:, ::-1], axis=1)[:, ::-1] / P
-            return (hp.stage_rows + mem[:, :, None] * hp.load_coef + room[:, :, None] * hp.b_room
-                    + (mem <= target)[:, :, None] * hp.b_fits)
-
-        stage_base = refresh()
-        pred_ptr, pred_idx, pred_edge = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
-        units = gt.units.tolist()
-        p_list = gt.params.tolist()
-        dyn = np.empty((S, 4))
-        for v in gt.order.tolist():
-            lo = np.zeros(S, dtype=np.int64)
-            cb = np.zeros(S)
-            ca = 0.0
-            for j in range(pred_ptr[v], pred_ptr[v + 1]):
-                su = st[pred_idx[j]]
-                np.maximum(lo, su, out=lo)
-                u = units[pred_edge[j]]
-                if u:
-                    ca += u
-                    cb += u * su
-            pv = p_list[v]
-            if lo.min() == K - 1:
-                st[v] = K - 1
-            else:
-                deg1 = pred_ptr[v + 1] - pred_ptr[v] + 1
-                dyn[:, 0] = peak / T
-                dyn[:, 1] = done / P
-                dyn[:, 2] = lo / K
-                dyn[:, 3] = cb / deg1
-                h = stage_base + (hp.node_base[v] + dyn @ hp.B_dyn)[:, None, :]
-                if ca:
-                    h += (ca / deg1) * hp.ks_cross
-                if pv:
-                    after = mem + pv
-                    h += (np.maximum(after - peak[:, None], 0.0) / T)[:, :, None] * hp.b_rise
-                    h += ((after <= target).astype(np.float64) - (mem <= target))[:, :, None] * hp.b_fits
-                h[rows, lo] += hp.b_min
-                np.maximum(h, 0.0, out=h)
-                z = h @ hp.w
-                allowed = ks[None, :] >= lo[:, None]
-                if cap is not None:
-                    fits = allowed & (mem + pv <= cap)
-                    allowed = np.where(fits.any(axis=1)[:, None], fits, allowed)
-                z = np.where(allowed, z * inv_temp, -np.inf)
-                z -= z.max(axis=1, keepdims=True)
-                logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-                # Gumbel-max: one draw per sample and stage samples the softmax exactly.
-                choice = (logp + rng.gumbel(size=(S, K))).argmax(axis=1)
-                st[v] = choice
-                log_prob += logp[rows, choice]
-            if pv:
-                # Incremental `refresh`, as in `decode`: each sample's chosen stage gains v's load,
-                # the room of stages 0..choice shrinks, and the chosen stage may stop fitting the target.
-                choice = st[v]
-                old_m = mem[rows, choice]
-                new_m = old_m + pv
-                mem[rows, choice] = new_m
-                stage_base[rows, choice] += pv * hp.load_coef
-                d_room = (np.maximum(T - new_m, 0.0) - np.maximum(T - old_m, 0.0)) / P
-                if d_room.any():
-                    stage_base += ((ks[None, :] <= choice[:, None]) * d_room[:, None])[:, :, None] * hp.b_room
-                flip = (old_m <= target) & (new_m > target)
-                if flip.any():
-                    stage_base[rows[flip], choice[flip]] -= hp.b_fits
-                np.maximum(peak, new_m, out=peak)
-                done += pv
-        return st.T.copy(), log_prob
+        return decode_rows(
+            gt.order.astype(np.int64), g.pred_ptr.astype(np.int64), g.pred_idx.astype(np.int64), g.pred_edge.astype(np.int64),
+            gt.units, gt.params, np.zeros(problem.n_stages) if cap is None else np.asarray(cap, dtype=np.float64), cap is not None,
+            hp.node_base, hp.stage_rows, hp.load_coef, hp.b_room, hp.b_fits, hp.b_rise, hp.b_min, hp.ks_cross, hp.B_dyn, hp.w,
+            hp.T, hp.P, hp.target, greedy, uniforms, 1.0 / temperature,
+        )
 
 # ---------------------------------------------------------------------- pre-scheduler interface
 
@@ -641,32 +490,32 @@ def preschedule_policy(problem: StageProblem, seed: int = 0, policy: StagePolicy
     return policy.decode(problem).stages
 
 
-#: Sampled decodes by default: 64, fewer on large graphs (about 64,000 node decodes in all, so a
-#: 1,000-node graph gets 64 samples and a 5,000-node one 12), none above `MAX_SAMPLE_NODES` (a
-#: handful of samples adds more time than quality there), at `SAMPLE_TEMPERATURE`: the tempered
-#: distribution finds better assignments than the trained one (benchmarks/rl_stage.py).
-SAMPLE_NODE_BUDGET = 64_000
+#: Sampled decodes by default: about `SAMPLE_NODE_BUDGET` node decodes in all, at least
+#: `MIN_SAMPLES` and at most `MAX_SAMPLES` (64 up to 250 nodes, 16 from 1,000 nodes up), at
+#: `SAMPLE_TEMPERATURE`: the tempered distribution finds better assignments than the trained one
+#: (benchmarks/rl_stage.py). Compiled decoding makes a sample cost about a microsecond per node,
+#: so greedy plus 16 samples of a 1,000-node graph stays well inside the 0.1-s inference target.
+SAMPLE_NODE_BUDGET = 16_000
+MIN_SAMPLES = 16
 MAX_SAMPLES = 64
-MAX_SAMPLE_NODES = 5_000
 SAMPLE_TEMPERATURE = 0.5
 
 
 def default_samples(n_nodes: int) -> int:
     """Sampled decodes the pre-schedulers draw for a graph of ``n_nodes`` (see `SAMPLE_NODE_BUDGET`)."""
     n = max(int(n_nodes), 1)
-    return 0 if n > MAX_SAMPLE_NODES else min(MAX_SAMPLES, SAMPLE_NODE_BUDGET // n)
+    return max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLE_NODE_BUDGET // n))
 
 
 def _policy_candidates(problem: StageProblem, seed: int, policy: StagePolicy, n_samples: int | None,
                        temperature: float) -> list[np.ndarray]:
-    """The greedy decode and the best of the seeded sampled ones (by the evaluator)."""
+    """The greedy decode and the best of the seeded sampled ones (by the evaluator), from one encoder pass."""
     n_samples = default_samples(problem.graph.n_nodes) if n_samples is None else int(n_samples)
-    gt = graph_tensors(problem)
-    candidates = [policy.decode(problem, gt=gt).stages]
-    if n_samples > 0 and problem.graph.n_nodes > 0:
-        samples, _ = policy.decode_samples(problem, n_samples, np.random.default_rng(seed), temperature=temperature, gt=gt)
-        candidates.append(min(samples, key=lambda s: _rank(problem, s)))
-    return candidates
+    if n_samples <= 0 or problem.graph.n_nodes == 0:
+        return [policy.decode(problem).stages]
+    rows, _ = policy.decode_samples(problem, n_samples, np.random.default_rng(seed), temperature=temperature,
+                                    include_greedy=True)
+    return [rows[0], min(rows[1:], key=lambda s: _rank(problem, s))]
 
 
 def preschedule_sampled(problem: StageProblem, seed: int = 0, policy: StagePolicy | None = None, n_samples: int | None = None,

@@ -392,7 +392,7 @@ def train_stage_policy(
             policy.eval()
             greedy = policy.decode(ex.problem, gt=ex.gt)
             base = -evaluate_stages(ex.problem, greedy.stages).objective / ex.label_objective
-            samples = [policy.decode(ex.problem, greedy=False, rng=rng, gt=ex.gt).stages for _ in range(config.rl_samples)]
+            samples = list(policy.decode_samples(ex.problem, config.rl_samples, rng, gt=ex.gt)[0])
             objectives = np.array([evaluate_stages(ex.problem, s).objective for s in samples], dtype=np.float64)
             rewards = -objectives / ex.label_objective
             adv = rewards - base
