@@ -38,7 +38,8 @@ from incsched.evaluate.stage import evaluate_stages  # noqa: E402
 from incsched.formats import load_graph  # noqa: E402
 from incsched.generators.random_dag import icml24_like, layered_dag, respect_like  # noqa: E402
 from incsched.policy.checkpoint import default_stage_checkpoint, load_stage_policy  # noqa: E402
-from incsched.policy.stage_policy import MIN_SAMPLES, default_samples, graph_tensors, preschedule, preschedule_sampled  # noqa: E402
+from incsched.policy.sampling import MIN_SAMPLES, default_samples  # noqa: E402
+from incsched.policy.stage_policy import graph_tensors, preschedule, preschedule_sampled  # noqa: E402
 from incsched.problems.stage import StageProblem  # noqa: E402
 from solvers import SolverSettings  # noqa: E402
 from solvers.cpsat.stage import solve_stage  # noqa: E402

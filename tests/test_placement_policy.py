@@ -15,7 +15,6 @@ from incsched.generators import ffnn, transformer_block
 from incsched.graph import CompGraph
 from incsched.policy.placement_policy import (
     DEFAULT_CHECKPOINT,
-    DEFAULT_SAMPLES,
     N_PLACEMENT_FEATURES,
     PLC_FEATURES,
     SEL_FEATURES,
@@ -27,14 +26,16 @@ from incsched.policy.placement_policy import (
     preschedule,
     save_placement_policy,
 )
+from incsched.policy.sampling import default_samples
 from incsched.problems.placement import Device, Links, PlacementProblem
 
 torch.set_num_threads(1)
 
 
 @st.composite
-def problems(draw, max_nodes=16):
-    n = draw(st.integers(1, max_nodes))
+def problems(draw, max_nodes=16, min_nodes=1, matrix_links=False):
+    """Small random placement problems; ``matrix_links`` also draws per-pair bandwidths."""
+    n = draw(st.integers(min_nodes, max_nodes))
     edges = [(u, v) for v in range(n) for u in range(v) if draw(st.integers(0, 3)) == 0]
     secs = draw(st.lists(st.integers(1, 9), min_size=n, max_size=n))
     out = draw(st.lists(st.integers(0, 60), min_size=n, max_size=n))
@@ -43,7 +44,12 @@ def problems(draw, max_nodes=16):
     D = draw(st.integers(1, 4))
     speeds = draw(st.lists(st.sampled_from([1.0, 2.0]), min_size=D, max_size=D))
     devices = [Device(f"d{i}", speed=speeds[i]) for i in range(D)]
-    return PlacementProblem(g, devices, Links(latency=draw(st.sampled_from([0.0, 2.0])), bandwidth=10.0), time_unit=1.0)
+    if matrix_links and draw(st.booleans()):
+        bw = np.array(draw(st.lists(st.sampled_from([5.0, 10.0, 40.0]), min_size=D * D, max_size=D * D))).reshape(D, D)
+        links = Links(latency=draw(st.sampled_from([0.0, 1.0])), bandwidth=bw)
+    else:
+        links = Links(latency=draw(st.sampled_from([0.0, 2.0])), bandwidth=10.0)
+    return PlacementProblem(g, devices, links, time_unit=1.0)
 
 
 def _policy(seed=0):
@@ -126,7 +132,7 @@ def test_checkpoint_round_trip(tmp_path):
     loaded = load_placement_policy(path)
     assert loaded.preschedule(p) == model.preschedule(p)
     assert preschedule(p, checkpoint=path, samples=0) == model.preschedule(p)
-    assert preschedule(p, 3, checkpoint=path) == model.preschedule(p, 3, samples=DEFAULT_SAMPLES)
+    assert preschedule(p, 3, checkpoint=path) == model.preschedule(p, 3, samples=default_samples(p.n_nodes))
     assert (tmp_path / "m.json").exists()
 
 

@@ -26,12 +26,15 @@ from ..jsonio import atomic_write_bytes, write_json
 from ..problems.placement import Placement, PlacementError, PlacementProblem
 from .encoder import GraphEncoder
 from .features import N_EDGE_FEATURES, N_NODE_FEATURES, edge_features, edge_index, node_features
+from .sampling import default_samples
 
 __all__ = [
     "PlacementPolicy",
     "PolicyConfig",
     "Trajectory",
     "decode",
+    "decode_rows",
+    "Decodings",
     "placement_inputs",
     "N_PLACEMENT_FEATURES",
     "SEL_FEATURES",
@@ -43,6 +46,12 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: Temperature of `preschedule`'s sampled decodes (how many: `sampling.default_samples`). On the
+#: 12 graphs of benchmarks/rl_placement.py, mean makespan / critical-path list over 10 seeds:
+#: 0.834 with 16 samples, 0.830 with 24, 0.827 with 32, 0.823 with 64.
+SAMPLE_TEMPERATURE = 0.3
+
 
 #: Placement-specific node features appended to the shared ones (costs in the problem's ticks,
 #: relative to the mean op duration, so they mean the same on any time scale).
@@ -185,7 +194,7 @@ class PlacementPolicy(nn.Module):
         )
 
     def preschedule(
-        self, problem: PlacementProblem, seed: int = 0, *, samples: int = 0, temperature: float = 0.3
+        self, problem: PlacementProblem, seed: int = 0, *, samples: int = 0, temperature: float = SAMPLE_TEMPERATURE
     ) -> Placement:
         """The policy's placement of ``problem``: greedy decoding, optionally the best of it and samples.
 
@@ -206,15 +215,14 @@ class PlacementPolicy(nn.Module):
             Method ``"rl_policy"``, with the start ticks of its list schedule;
             ``simulate(problem, p, "ordered")`` reproduces them.
         """
-        heads = self.numpy_heads(problem)
-        best = decode(problem, heads, greedy=True)
-        if samples > 0:
-            rng = np.random.default_rng(seed)
-            for _ in range(samples):
-                t = decode(problem, heads, greedy=False, rng=rng, temperature=temperature)
-                if t.makespan < best.makespan:
-                    best = t
-        return best.placement
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        # One compiled call decodes the greedy row and every sample; the first shortest wins.
+        greedy = np.zeros(1 + max(int(samples), 0), dtype=np.bool_)
+        greedy[0] = True
+        rng = np.random.default_rng(seed) if samples > 0 else None
+        rows = decode_rows(problem, self.numpy_heads(problem), greedy, rng=rng, temperature=temperature)
+        return rows.placement(int(np.argmin(rows.makespan)))
 
 
 @dataclass
@@ -298,15 +306,12 @@ def decode(
     node_cost, edge_cost = mean_costs(problem)
     unit = max(float(node_cost.mean()), 1e-9) if n else 1.0
     inv_unit = 1.0 / unit
-    ok = problem.allowed_devices()
-    if any(d.memory is not None for d in problem.devices) and not ok.all():
-        raise PlacementError(f"placement policy: problem {problem.name!r} has nodes that fit only some devices; not supported")
+    _check_unrestricted(problem)
     pred_ptr, pred_idx, pred_edge = g.pred_ptr, g.pred_idx, g.pred_edge
     succ_ptr, succ_idx = g.succ_ptr.tolist(), g.succ_idx.tolist()
     pp_l, pi_l, pe_l = pred_ptr.tolist(), pred_idx.tolist(), pred_edge.tolist()
     edge_tr = edge_cost.tolist()  # mean transfer per edge (uniform links: the exact cost)
     in_total_l = (np.bincount(g.dst, weights=edge_cost, minlength=n) if g.n_edges else np.zeros(n)).tolist()
-    devs = np.arange(D)
 
     device = np.full(n, -1, dtype=np.int64)
     dev_l = [-1] * n
@@ -516,6 +521,106 @@ def decode(
     return traj
 
 
+def _check_unrestricted(problem: PlacementProblem) -> None:
+    ok = problem.allowed_devices()
+    if any(d.memory is not None for d in problem.devices) and not ok.all():
+        raise PlacementError(f"placement policy: problem {problem.name!r} has nodes that fit only some devices; not supported")
+
+
+# Two decoders exist on purpose. `decode` (numpy) is the reference and what training uses: it
+# records per-step features, follows teachers and keeps the shipped checkpoint reproducible.
+# `decode_rows` (numba, `placement_kernel`) runs the inference path only, many decodes per call,
+# ~100x faster; tests/test_placement_kernel.py holds its greedy rows equal to `decode`'s.
+
+
+@dataclass
+class Decodings:
+    """``S`` decodings of one problem by `decode_rows`, row by row.
+
+    Attributes
+    ----------
+    device, start : int64 arrays [S, n]
+        Device and list-schedule start tick of each node.
+    seq : int64 array [S, n]
+        The node placed at each step: a device's order is its nodes in this order.
+    makespan : int64 array [S]
+    """
+
+    device: np.ndarray
+    start: np.ndarray
+    seq: np.ndarray
+    makespan: np.ndarray
+    n_devices: int
+
+    def placement(self, r: int) -> Placement:
+        """Row ``r`` as a `Placement` (method ``"rl_policy"``), as `decode` would build it."""
+        seq, device = self.seq[r], self.device[r]
+        by_device = seq[np.argsort(device[seq], kind="stable")]
+        bounds = np.cumsum(np.bincount(device, minlength=self.n_devices))[:-1]
+        order = tuple(tuple(o) for o in np.split(by_device, bounds))
+        return Placement(device, order, start=self.start[r], method="rl_policy")
+
+
+def decode_rows(
+    problem: PlacementProblem,
+    heads: _Heads,
+    greedy: np.ndarray,
+    *,
+    rng: np.random.Generator | None = None,
+    temperature: float = 1.0,
+) -> Decodings:
+    """Decode ``problem`` once per entry of ``greedy`` with the compiled kernel (inference only).
+
+    Row r is `decode` (``teacher=None, record=False``) with ``greedy=greedy[r]``: greedy rows
+    take the same actions as `decode`; sampled rows draw Gumbel noise from their own stream,
+    seeded by one 64-bit integer per row drawn from ``rng`` (see `placement_kernel`), so a row's
+    draws never depend on the other rows.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    heads : _Heads
+        From `PlacementPolicy.numpy_heads`.
+    greedy : bool array [S]
+    rng : numpy Generator, optional
+        Needed when some row is sampled.
+    temperature : float
+        Softmax temperature of the sampled rows.
+
+    Returns
+    -------
+    Decodings
+
+    Raises
+    ------
+    PlacementError
+        As `decode`: some node's parameters fit only some devices.
+    """
+    from .placement_kernel import decode_rows as kernel
+
+    greedy = np.asarray(greedy, dtype=np.bool_).reshape(-1)
+    if not greedy.all() and rng is None:
+        raise ValueError("decode_rows: sampled rows need an rng")
+    _check_unrestricted(problem)
+    g = problem.graph
+    n = problem.n_nodes
+    node_cost, edge_cost = mean_costs(problem)
+    unit = max(float(node_cost.mean()), 1e-9) if n else 1.0
+    in_total = np.bincount(g.dst, weights=edge_cost, minlength=n) if g.n_edges else np.zeros(n)
+    seeds = rng.integers(0, 2**64, size=len(greedy), dtype=np.uint64) if rng is not None else np.zeros(len(greedy), np.uint64)
+    i64 = np.int64
+    device, start, seq, makespan = kernel(
+        g.pred_ptr.astype(i64), g.pred_idx.astype(i64), g.pred_edge.astype(i64), g.succ_ptr.astype(i64),
+        g.succ_idx.astype(i64), g.in_degree.astype(i64), np.flatnonzero(g.in_degree == 0).astype(i64),
+        problem.durations().astype(np.float64), problem.transfer_ticks().astype(np.float64),
+        edge_cost.astype(np.float64), in_total.astype(np.float64), 1.0 / unit,
+        *(np.ascontiguousarray(a, dtype=np.float64) for a in (heads.sel_part, heads.sel_dyn, heads.sel_out,
+                                                              heads.plc_part, heads.plc_dyn, heads.plc_out)),
+        greedy, seeds, float(temperature),
+    )
+    return Decodings(device, start, seq, makespan, problem.n_devices)
+
+
 def _choose(logits: np.ndarray, greedy: bool, rng, temperature: float) -> int:
     if greedy or len(logits) == 1:
         return int(logits.argmax())
@@ -529,12 +634,6 @@ CHECKPOINT_FORMAT = "incsched.placement_policy"
 CHECKPOINT_VERSION = 1
 #: The shipped checkpoint (trained by ``python -m incsched.train.placement``).
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "models" / "placement_policy.pt"
-#: `preschedule`'s sampling budget: 16 samples at temperature 0.3 on graphs up to 500 ops (on the
-#: 12 graphs of benchmarks/rl_placement.py, 16 samples gain about half a point over 8).
-DEFAULT_SAMPLES = 16
-MAX_SAMPLE_NODES = 500
-
-
 def save_placement_policy(model: PlacementPolicy, path, *, train_config: dict | None = None, metrics: list | None = None) -> None:
     """Write the weights (``path``) and a JSON sidecar (``path`` with ``.json``) with config and metrics.
 
@@ -615,14 +714,12 @@ def preschedule(
     seed: int = 0,
     *,
     checkpoint=None,
-    samples: int = DEFAULT_SAMPLES,
-    max_sample_nodes: int = MAX_SAMPLE_NODES,
+    samples: int | None = None,
 ) -> Placement:
     """The RL pre-scheduler with the baselines' interface: the shipped policy's decoding.
 
-    Small graphs get the best of the greedy decoding and ``samples`` sampled ones (seeded by
-    ``seed``); graphs above ``max_sample_nodes`` ops only the greedy one, which keeps inference
-    within its time target (about 0.1 s per 1,000 ops).
+    The best of the greedy decoding and ``samples`` sampled ones (seeded by ``seed``), all in one
+    compiled call.
 
     Parameters
     ----------
@@ -631,10 +728,9 @@ def preschedule(
         Seeds the sampled decodings; the same seed gives the same placement.
     checkpoint : str or PathLike, optional
         Another checkpoint than `DEFAULT_CHECKPOINT`.
-    samples : int
-        Sampled decodings on top of the greedy one (0: greedy only).
-    max_sample_nodes : int
-        Largest graph that is sampled.
+    samples : int, optional
+        Sampled decodings on top of the greedy one (0: greedy only); default
+        `sampling.default_samples` (64 up to 250 ops, 16 from 1,000 ops up).
 
     Returns
     -------
@@ -647,6 +743,6 @@ def preschedule(
         If the checkpoint cannot be read.
     """
     model = _cached_policy(str(Path(DEFAULT_CHECKPOINT if checkpoint is None else checkpoint).resolve()))
-    k = samples if problem.n_nodes <= max_sample_nodes else 0
+    k = default_samples(problem.n_nodes) if samples is None else int(samples)
     with torch.inference_mode():
-        return model.preschedule(problem, seed, samples=k)
+        return model.preschedule(problem, seed, samples=k, temperature=SAMPLE_TEMPERATURE)

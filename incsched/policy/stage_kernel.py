@@ -19,22 +19,9 @@ import math
 import numpy as np
 from numba import njit
 
+from .kernel_math import fixed_order_sum
+
 __all__ = ["decode_rows"]
-
-
-@njit(cache=True, nogil=True)
-def _fixed_order_sum(a):  # pragma: no cover - compiled
-    """Sum in four interleaved partial sums, combined in a fixed order (deterministic on every machine)."""
-    s0 = s1 = s2 = s3 = 0.0
-    m = a.shape[0] - a.shape[0] % 4
-    for d in range(0, m, 4):
-        s0 += a[d]
-        s1 += a[d + 1]
-        s2 += a[d + 2]
-        s3 += a[d + 3]
-    for d in range(m, a.shape[0]):
-        s0 += a[d]
-    return (s0 + s1) + (s2 + s3)
 
 
 @njit(cache=True, nogil=True)
@@ -117,7 +104,7 @@ def decode_rows(order, pred_ptr, pred_idx, pred_edge, units, params, cap, has_ca
                         h = (stage_base[k, d] + row[d] + cross * ks_cross[k, d] + rise * b_rise[d]
                              + f_flip * b_fits[d] + f_min * b_min[d])
                         hw[d] = max(h, 0.0) * w[d]
-                    acc = _fixed_order_sum(hw)
+                    acc = fixed_order_sum(hw)
                     z[k] = acc
                     if acc > best:
                         best = acc

@@ -27,7 +27,6 @@ better, and says so.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 from .encoder import GraphEncoder
 from .features import edge_features, edge_index, node_features
+from .sampling import default_samples
 
 __all__ = [
     "StagePolicy",
@@ -490,21 +490,9 @@ def preschedule_policy(problem: StageProblem, seed: int = 0, policy: StagePolicy
     return policy.decode(problem).stages
 
 
-#: Sampled decodes by default: about `SAMPLE_NODE_BUDGET` node decodes in all, at least
-#: `MIN_SAMPLES` and at most `MAX_SAMPLES` (64 up to 250 nodes, 16 from 1,000 nodes up), at
-#: `SAMPLE_TEMPERATURE`: the tempered distribution finds better assignments than the trained one
-#: (benchmarks/rl_stage.py). Compiled decoding makes a sample cost about a microsecond per node,
-#: so greedy plus 16 samples of a 1,000-node graph stays well inside the 0.1-s inference target.
-SAMPLE_NODE_BUDGET = 16_000
-MIN_SAMPLES = 16
-MAX_SAMPLES = 64
+#: Temperature of the sampled decodes: the tempered distribution finds better assignments than
+#: the trained one (benchmarks/rl_stage.py). How many: `sampling.default_samples`.
 SAMPLE_TEMPERATURE = 0.5
-
-
-def default_samples(n_nodes: int) -> int:
-    """Sampled decodes the pre-schedulers draw for a graph of ``n_nodes`` (see `SAMPLE_NODE_BUDGET`)."""
-    n = max(int(n_nodes), 1)
-    return max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLE_NODE_BUDGET // n))
 
 
 def _policy_candidates(problem: StageProblem, seed: int, policy: StagePolicy, n_samples: int | None,
