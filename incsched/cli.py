@@ -10,6 +10,7 @@
     incsched profile --model resnet50 [--devices cpu,cuda:0] [--repeats 10] -o FILE [--links LINKS.json]
     incsched validate --model resnet50 --result RESULT.json [--devices cuda:0,cpu]
     incsched train stage|placement --out CHECKPOINT
+    incsched finetune --model M --devices cpu,cpu --out CHECKPOINT   (placement policy on measured runtimes)
 """
 
 from __future__ import annotations
@@ -103,6 +104,17 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--link-sizes", default="4K,64K,1M,16M,64M", help="bytes per timed copy, K/M/G binary suffixes")
     prof.set_defaults(run=_profile)
 
+    ft = sub.add_parser("finetune", help="fine-tune the placement policy on runtimes measured on real devices (training stage 3)")
+    _add_model_args(ft)
+    ft.add_argument("--devices", default="cpu,cpu", help="torch devices, one per placement device (default cpu,cpu)")
+    ft.add_argument("--checkpoint", help="placement policy to start from (default: the shipped one)")
+    ft.add_argument("--out", required=True, help="checkpoint to write (its .json sidecar beside it)")
+    ft.add_argument("--epochs", type=int, default=3)
+    ft.add_argument("--samples", type=int, default=4, help="sampled placements per epoch, each executed and timed")
+    ft.add_argument("--repeats", type=int, default=3, help="timed runs per distinct placement (median)")
+    ft.add_argument("--seed", type=int, default=0)
+    ft.set_defaults(run=_finetune)
+
     tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
     tr.add_argument("policy", choices=["stage", "placement"])
     tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out data/models/stage_policy.pt")
@@ -153,6 +165,33 @@ def _profile(args) -> int:
     from .execute.calibrate import profile_command
 
     return profile_command(args)
+
+
+def _finetune(args) -> int:
+    from .capture import capture, zoo
+    from .execute import cpu_threads_per_worker, intra_op_threads
+    from .policy.placement_policy import load_placement_policy, save_placement_policy
+    from .train.measured import FinetuneConfig, finetune_on_measured
+
+    devices = [d.strip() for d in args.devices.split(",")]
+    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
+    with intra_op_threads(cpu_threads_per_worker(devices)):  # node times as the workers will run them
+        captured = capture(model, inputs, measure=True, name=args.model)
+    policy = load_placement_policy(args.checkpoint)
+    config = FinetuneConfig(seed=args.seed, epochs=args.epochs, rl_samples=args.samples, repeats=args.repeats)
+    policy, metrics = finetune_on_measured(policy, captured, devices, config)
+    print(f"{args.model} on {', '.join(devices)}: {metrics[-1]['placements_measured']} distinct placements executed and timed")
+    for m in metrics:
+        gain = f", best sample {m['best_sample_gain']:+.1%} vs greedy" if "best_sample_gain" in m else ""
+        print(f"  {'start' if m['epoch'] < 0 else 'epoch %d' % m['epoch']:>8}: greedy placement measured "
+              f"{m['greedy_measured_s'] * 1e3:.2f} ms, predicted {m['greedy_predicted_s'] * 1e3:.2f} ms{gain}")
+    kept = min(metrics, key=lambda m: m["greedy_measured_s"])
+    print(f"kept the weights of {'the start' if kept['epoch'] < 0 else 'epoch %d' % kept['epoch']} "
+          f"({kept['greedy_measured_s'] * 1e3:.2f} ms measured); wrote {args.out}")
+    save_placement_policy(policy, args.out, metrics=metrics, train_config={
+        "stage": "finetune_on_measured", "model": args.model, "devices": devices, "batch_size": args.batch_size,
+        "from": args.checkpoint or "shipped", **config.to_dict()})
+    return 0
 
 
 def _train(args) -> int:

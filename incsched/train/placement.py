@@ -2,8 +2,8 @@
 
 Stage 1 imitates exact schedules (CP-SAT, hinted by the better list scheduler) of small generated
 graphs, teacher-forced through the same decoder; stage 2 is REINFORCE on the simulator's makespan
-with the greedy decoding as baseline; stage 3 (fine-tuning on measured runtimes) is the
-`reward_fn` hook. Everything is seeded from `PlacementTrainConfig`; metrics are logged per epoch.
+with the greedy decoding as baseline; stage 3, fine-tuning on measured runtimes, runs the same
+`reinforce_step` with a measured cost (`incsched.train.measured`; the `reward_fn` hook here). Everything is seeded from `PlacementTrainConfig`; metrics are logged per epoch.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ __all__ = [
     "train_placement_policy",
     "generate_graph",
     "make_problem",
+    "reinforce_step",
     "training_problems",
     "teacher_schedule",
     "trajectory_log_probs",
@@ -341,29 +342,10 @@ def train_placement_policy(
             problems = training_problems(rng, config.rl_graphs_per_epoch, config.rl_ops, config)
             losses, gains, ratios = [], [], []
             for problem in problems:
-                inputs = _inputs(problem)
-                heads = model.numpy_heads(problem)
-                greedy = decode(problem, heads, greedy=True)
-                base = cost(problem, greedy.placement)
-                cpl = simulate(problem, critical_path_list(problem), "ordered").makespan
-                ratios.append(base / cpl)
-                samples = [
-                    decode(problem, heads, greedy=False, rng=rng, record=True, temperature=config.rl_temperature)
-                    for _ in range(config.rl_samples)
-                ]
-                adv = np.array([(base - cost(problem, s.placement)) / base for s in samples])
-                gains.append(float(adv.max()))
-                parts = model.node_parts(*inputs)
-                loss = 0.0
-                for s, a in zip(samples, adv):
-                    lp, ent = trajectory_log_probs(model, parts, _pack(s), config.rl_temperature)
-                    loss = loss - float(a) * lp.mean() - config.entropy_weight * ent.mean()
-                loss = loss / config.rl_samples
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                opt.step()
-                losses.append(float(loss.detach()))
+                step = reinforce_step(model, opt, problem, cost, rng, config)
+                ratios.append(step["greedy_cost"] / simulate(problem, critical_path_list(problem), "ordered").makespan)
+                gains.append(step["best_sample_gain"])
+                losses.append(step["loss"])
             row = {
                 "stage": "rl",
                 "epoch": epoch,
@@ -383,6 +365,37 @@ def train_placement_policy(
         model.load_state_dict(best_state)
         metrics.append({"stage": "selected", "epoch": -1, "validation_vs_cpl": best_val})
     return model, metrics
+
+
+def reinforce_step(model: PlacementPolicy, opt: torch.optim.Optimizer, problem: PlacementProblem,
+                   cost: Callable[[PlacementProblem, Placement], float], rng: np.random.Generator,
+                   config: PlacementTrainConfig) -> dict[str, float]:
+    """One REINFORCE update on ``problem``: ``config.rl_samples`` sampled decodings, each weighted by
+    its relative improvement in ``cost`` over the greedy decoding (the baseline).
+
+    Returns
+    -------
+    dict
+        ``greedy_cost``, ``best_sample_gain`` (largest relative improvement of a sample) and ``loss``.
+    """
+    heads = model.numpy_heads(problem)
+    base = cost(problem, decode(problem, heads, greedy=True).placement)
+    samples = [
+        decode(problem, heads, greedy=False, rng=rng, record=True, temperature=config.rl_temperature)
+        for _ in range(config.rl_samples)
+    ]
+    adv = np.array([(base - cost(problem, s.placement)) / base for s in samples])
+    parts = model.node_parts(*_inputs(problem))
+    loss = 0.0
+    for s, a in zip(samples, adv):
+        lp, ent = trajectory_log_probs(model, parts, _pack(s), config.rl_temperature)
+        loss = loss - float(a) * lp.mean() - config.entropy_weight * ent.mean()
+    loss = loss / config.rl_samples
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    opt.step()
+    return {"greedy_cost": float(base), "best_sample_gain": float(adv.max()), "loss": float(loss.detach())}
 
 
 def _inputs(problem: PlacementProblem):
