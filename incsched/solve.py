@@ -715,6 +715,7 @@ class _PlacementSolve(_Run):
                 proven, probes = segment_proof_bound(sub, simulate(sub, pl, "ordered").makespan, proof, lower=bound, probes=_PROOF_PROBES)
                 if self.settings.deterministic:
                     self.budget.spent += 2 * per_run * len(probes)  # at most what the probes may have used
+                self.budget.wall_capped = self.budget.wall_capped or any(p["wall_capped"] for p in probes)
                 bound = max(bound, proven)
                 self.windows.append({"phase": "segment", "nodes": len(nodes), "copies": keys.count(key), "status": out.status, "objective": out.objective, "bound": bound, "relaxation": relaxed, "probes": len(probes)})
             solved[key] = (pl, bound)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -192,7 +194,19 @@ def test_segment_decision_on_identical_branches_and_twins():
     assert segment_decision(p, opt, EXACT) == "feasible"
     assert segment_decision(p, opt - 1, EXACT) == "infeasible"
     bound, probes = segment_proof_bound(p, opt, EXACT)
-    assert bound == opt and probes[0] == {"makespan": opt - 1, "verdict": "infeasible", "seconds": probes[0]["seconds"]}
+    assert bound == opt and probes[0] == {"makespan": opt - 1, "verdict": "infeasible", "seconds": probes[0]["seconds"],
+                                          "wall_capped": False}
+
+
+def test_segment_proofs_say_when_the_wall_clock_cut_a_deterministic_run():
+    # A deterministic run stopped by the wall clock may not repeat: every probe must say so, and
+    # an undecided probe proves nothing beyond the bound it was given.
+    p = problem_of(8, [(0, 1), (1, 2), (0, 3), (3, 4), (0, 5), (0, 6), (2, 7), (4, 7), (5, 7), (6, 7)],
+                   [1, 6, 6, 6, 6, 3, 3, 1], [40, 40, 40, 40, 40, 20, 20, 0], D=3, bandwidth=10.0)
+    opt = int(solve_placement(p, EXACT).objective)
+    bound, probes = segment_proof_bound(p, opt, replace(EXACT, wall_cap_s=1e-9))
+    assert probes and all(pr["wall_capped"] for pr in probes)
+    assert bound <= opt
 
 
 def test_segment_decision_declines_unsupported_shapes():

@@ -310,7 +310,7 @@ def train_placement_policy(
         opt = torch.optim.Adam(model.parameters(), lr=config.imitation_lr)
         for epoch in range(config.imitation_epochs):
             t0 = time.perf_counter()
-            total, acc_sel, acc_plc = 0.0, 0.0, 0.0
+            total = 0.0
             for j in rng.permutation(len(data)).tolist():
                 problem, inputs, packed, _ = data[j]
                 parts = model.node_parts(*inputs)

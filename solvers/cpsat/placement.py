@@ -582,7 +582,8 @@ def _thresholds(values: np.ndarray, most: int = 12) -> list[int]:
 # ---------------------------------------------------------------------- proofs for a segment: the decision model
 
 
-def segment_decision(problem: PlacementProblem, makespan: int, settings: SolverSettings, *, offsets=None) -> str:
+def segment_decision(problem: PlacementProblem, makespan: int, settings: SolverSettings, *, offsets=None,
+                     capped: list[bool] | None = None) -> str:
     """Whether a single-entry, single-exit problem of identical devices has a schedule of at most ``makespan`` ticks.
 
     A proof tool: the decision form of the placement model, strengthened with constraints every
@@ -638,12 +639,12 @@ def segment_decision(problem: PlacementProblem, makespan: int, settings: SolverS
     entry, exit_ = shape
     if problem.n_devices == 1 or entry == exit_:
         return "feasible" if makespan >= problem.critical_path_ticks() and makespan >= problem.total_work_ticks() else "infeasible"
-    head, tail = offsets if offsets is not None else _off_device_offsets(problem, entry, exit_, settings)
+    head, tail = offsets if offsets is not None else _off_device_offsets(problem, entry, exit_, settings, capped)
     for exit_device in (0, 1):
         model = _DecisionModel(problem, int(makespan), entry, exit_, exit_device, head, tail)
         if model.infeasible:
             continue
-        solver, code = _solve_decision(model.model, settings)
+        solver, code = _solve_decision(model.model, settings, capped)
         verdict = {cp_model.INFEASIBLE: "infeasible", cp_model.OPTIMAL: "feasible", cp_model.FEASIBLE: "feasible"}.get(code, "unknown")
         if verdict != "infeasible":
             return verdict  # an open case settles nothing: the other one need not be run
@@ -670,7 +671,8 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
     -------
     (int, list of dict)
         A lower bound on the optimum in ticks (``upper`` itself when ``upper - 1`` is refuted: then
-        ``upper`` is optimal), and each probe's ``makespan``, ``verdict`` and ``seconds``.
+        ``upper`` is optimal), and each probe's ``makespan``, ``verdict``, ``seconds`` and
+        ``wall_capped`` (a deterministic run cut by the wall clock: the bound may not repeat).
     """
     lo = max(int(lower if lower is not None else 0), problem.lower_bound_ticks())  # proven: optimum >= lo
     hi = int(upper) - 1  # the largest makespan still worth refuting
@@ -678,13 +680,14 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
     shape = _segment_shape(problem)
     if shape is None or problem.n_devices == 1 or shape[0] == shape[1] or lo > hi:
         return lo, log_
-    offsets = _off_device_offsets(problem, shape[0], shape[1], settings)
+    capped: list[bool] = []  # per CP-SAT run: cut by the wall clock (the first probe also owns the offsets' runs)
+    offsets = _off_device_offsets(problem, shape[0], shape[1], settings, capped)
     while lo <= hi and len(log_) < probes:
         # Refuting upper - 1 first closes the gap at once when the incumbent is optimal.
         t = hi if not log_ else (lo + hi) // 2
-        started = time.perf_counter()
-        verdict = segment_decision(problem, t, settings, offsets=offsets)
-        log_.append({"makespan": t, "verdict": verdict, "seconds": time.perf_counter() - started})
+        started, runs = time.perf_counter(), len(capped) if log_ else 0
+        verdict = segment_decision(problem, t, settings, offsets=offsets, capped=capped)
+        log_.append({"makespan": t, "verdict": verdict, "seconds": time.perf_counter() - started, "wall_capped": any(capped[runs:])})
         if verdict == "infeasible":
             lo = t + 1
         else:
@@ -722,7 +725,8 @@ def _relatives(g, forward: bool) -> list[set[int]]:
     return out
 
 
-def _off_device_offsets(problem, entry: int, exit_: int, settings: SolverSettings) -> tuple[np.ndarray, np.ndarray]:
+def _off_device_offsets(problem, entry: int, exit_: int, settings: SolverSettings,
+                        capped: list[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Earliest start of each node off the entry's device, least tail of each node off the exit's device.
 
     Start from the cheapest-crossing offsets of `segment_bound`; for a node with few ancestors,
@@ -756,23 +760,27 @@ def _off_device_offsets(problem, entry: int, exit_: int, settings: SolverSetting
                 # The node is the sink (heads) or the source (tails) of `sub`; either way it sits off
                 # the device of the other end, which is device 0 for the source.
                 model = _DecisionModel(sub, None, s_entry, s_exit, 1, None, None)
-                solver, _ = _solve_decision(model.model, small)
+                solver, _ = _solve_decision(model.model, small, capped)
                 cache[key] = int(solver.BestObjectiveBound())
             out[v] = max(int(out[v]), cache[key] - int(dur[v]))
     return head, tail
 
 
-def _solve_decision(model: cp_model.CpModel, settings: SolverSettings):
+def _solve_decision(model: cp_model.CpModel, settings: SolverSettings, capped: list[bool] | None = None):
     """Solve; OR-Tools 9.15's presolve can fail with an internal IndexError on these models
-    (seen on a 7-node fork with the energy rows and the cumulative): then solve without presolve."""
+    (seen on a 7-node fork with the energy rows and the cumulative): then solve without presolve.
+    Appends to ``capped`` whether a deterministic run was cut by the wall clock (not reproducible)."""
     solver = make_solver(settings)
     try:
-        return solver, solver.Solve(model)
+        code = solver.Solve(model)
     except IndexError:
         log.debug("CP-SAT presolve failed on a segment decision model; solving without presolve")
         solver = make_solver(settings)
         solver.parameters.cp_model_presolve = False
-        return solver, solver.Solve(model)
+        code = solver.Solve(model)
+    if capped is not None:
+        capped.append(wall_capped(settings, solver))
+    return solver, code
 
 
 def _capped(settings: SolverSettings, seconds: float) -> SolverSettings:
