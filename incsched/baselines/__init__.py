@@ -1,7 +1,7 @@
 """Heuristic pre-schedulers, one interface for all: ``preschedule(problem, seed) -> incumbent``
 (a stage array for stage problems, a `Placement` for placement problems)."""
 
-from .placement import PLACEMENT_BASELINES, critical_path_list, heft, round_robin, single_device
+from .placement import PLACEMENT_BASELINES, critical_path_list, heft, local_search, round_robin, single_device
 from .stage import (
     STAGE_BASELINES,
     alap,
@@ -27,4 +27,5 @@ __all__ = [
     "heft",
     "round_robin",
     "single_device",
+    "local_search",
 ]
