@@ -216,7 +216,9 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default="cpu", help="device kind whose node times are used (default cpu)")
     p.add_argument("--bandwidth", type=float, help="placement: link bandwidth in bytes/s (default: infinite)")
     p.add_argument("--latency", type=float, default=0.0, help="placement: link latency in seconds")
-    p.add_argument("--method", default="inc-ilp", help="inc-ilp (default), ilp, ilp-hinted, or a baseline name")
+    p.add_argument("--method", default="inc-ilp", help="inc-ilp (default), ilp, ilp-hinted, rl, or a baseline name")
+    p.add_argument("--preschedule", metavar="NAME",
+                   help="inc-ilp's incumbent: rl (the learned policy) or a baseline name (default: the best baseline)")
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds (deterministic seconds in deterministic mode)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1, help="CP-SAT workers; more than 1 implies --no-deterministic")
@@ -349,7 +351,10 @@ def _recipe(args):
 
 def _solve_kwargs(args) -> dict:
     deterministic = not args.no_deterministic and args.workers == 1
-    return dict(method=args.method, time_limit=args.time_limit, seed=args.seed, deterministic=deterministic, workers=args.workers)
+    kwargs = dict(method=args.method, time_limit=args.time_limit, seed=args.seed, deterministic=deterministic, workers=args.workers)
+    if args.preschedule:
+        kwargs["preschedule"] = args.preschedule
+    return kwargs
 
 
 def _parse_weights(text: str) -> dict[str, float]:

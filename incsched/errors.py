@@ -28,3 +28,7 @@ class FormatError(IncschedError, ValueError):
 
 class CaptureError(IncschedError, RuntimeError):
     """A PyTorch model could not be captured into a computation graph."""
+
+
+class UnknownNameError(IncschedError, ValueError):
+    """A method or pre-scheduler name that incsched does not know; the message lists the known ones."""

@@ -32,7 +32,7 @@ from solvers import SolverOutput, SolverSettings
 from .baselines.placement import PLACEMENT_BASELINES
 from .baselines.stage import STAGE_BASELINES
 from .bounds import placement_lower_bound, stage_lower_bound, stage_term_bounds
-from .errors import IncschedError
+from .errors import IncschedError, UnknownNameError
 from .evaluate.simulate import simulate
 from .evaluate.stage import evaluate_stages
 from .problems.placement import Placement, PlacementProblem
@@ -176,7 +176,7 @@ class _Run:
         if callable(preschedule):
             return getattr(preschedule, "__name__", "custom"), preschedule
         if preschedule not in self.preschedulers:
-            raise ValueError(f"unknown pre-scheduler {preschedule!r}; known: {sorted(self.preschedulers)}")
+            raise UnknownNameError(f"unknown pre-scheduler {preschedule!r}; known: {sorted(self.preschedulers)}")
         return preschedule, self.preschedulers[preschedule]
 
     def _status(self, objective, lower_bound, window_optimal: bool, proven_here: bool) -> str:
@@ -313,7 +313,7 @@ class _StageSolve(_Run):
             self._phase("preschedule", started)
             return self._finish(method, stages, lb, "combinatorial", window_optimal=False)
         if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.preschedulers)}")
+            raise UnknownNameError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.preschedulers)}")
 
         hint = None
         if method in ("inc-ilp", "ilp-hinted"):
@@ -629,7 +629,7 @@ class _PlacementSolve(_Run):
             self._phase("preschedule", started)
             return self._finish(method, placement, lb, "combinatorial", False)
         if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.preschedulers)}")
+            raise UnknownNameError(f"unknown method {method!r}; known: {list(METHODS) + sorted(self.preschedulers)}")
 
         best = None
         if method in ("inc-ilp", "ilp-hinted"):

@@ -140,3 +140,19 @@ def test_solve_rejects_a_file_that_is_not_a_links_file(small_graph_file, tmp_pat
     bogus.write_text('{"latency": 0}')
     assert main(["solve", str(path), "--links", str(bogus)]) == 1
     assert "not a links file" in capsys.readouterr().err
+
+
+def test_solve_starts_inc_ilp_from_the_named_prescheduler(tmp_path, capsys):
+    graph = REPO / "data/graphs/resnet18.json.gz"
+    result = tmp_path / "r.json"
+    assert main(["solve", str(graph), "--stages", "4", "--preschedule", "rl", "--time-limit", "10", "--json", str(result)]) == 0
+    saved = json.loads(result.read_text())
+    incumbent = [w for w in saved["provenance"]["windows"] if w["phase"] == "incumbent"]
+    assert saved["method"] == "inc-ilp" and incumbent[0]["prescheduler"] == "rl"
+
+
+@pytest.mark.parametrize("flag", ["--method", "--preschedule"])
+def test_solve_names_an_unknown_method_or_prescheduler(flag, capsys):
+    assert main(["solve", str(REPO / "data/graphs/vgg16.json.gz"), "--stages", "2", flag, "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown" in err and "'nope'" in err and "contiguous_params" in err
