@@ -309,3 +309,18 @@ def test_split_without_tuple_return(block, monkeypatch):
     batches = micro_batches(block.example_inputs, 2)
     run = execute(program, batches, devices, pipeline_plan(program, 2))
     assert check_execution(block, program, batches, run, devices) <= 1e-5
+
+
+def test_cuda_event_timing_leaves_cpu_runs_as_they_are(block):
+    # Without a GPU the events mode times CPU parts on the host clock, like the default; a bad
+    # mode name is refused before anything runs.
+    r = solve(device_problem(block.graph, ["cpu", "cpu"], Links(bandwidth=1e9)), "heft")
+    placement = Placement(r.device, r.order)
+    program, order = placement_program(block, placement)
+    prepare(program, ["cpu", "cpu"])
+    batches = micro_batches(block.example_inputs, 1, 0)
+    ex = execute(program, batches, ["cpu", "cpu"], placement_plan(order), cuda_timing="events")
+    assert len(ex.records) == len(program.parts) and ex.makespan > 0
+    check_execution(block, program, batches, ex, ["cpu", "cpu"])
+    with pytest.raises(ValueError, match="cuda_timing"):
+        execute(program, batches, ["cpu", "cpu"], placement_plan(order), cuda_timing="stream")

@@ -132,6 +132,7 @@ def execute(
     plan: Sequence[Sequence[tuple[int, int]]],
     *,
     threads: int | None = None,
+    cuda_timing: str = "sync",
 ) -> Execution:
     """Run ``plan`` with one thread per worker; ``prepare`` must have moved the parts first.
 
@@ -146,6 +147,14 @@ def execute(
     threads : int, optional
         Intra-op threads per worker (``torch.set_num_threads``) for the run; restored afterwards.
         Workers that share one CPU should split its cores rather than each spawn a full pool.
+    cuda_timing : {"sync", "events"}
+        How a GPU part is timed. ``"sync"``: the worker synchronises the device after each part
+        and reads the host clock (true end times; the worker cannot queue ahead). ``"events"``:
+        CUDA events recorded around each part on the device's stream, read after the run, with no
+        synchronisation in between, so a worker queues its next part while the GPU still runs;
+        consumers wait through PyTorch's stream semantics (every worker uses its device's current
+        stream, and copies off a GPU wait for it). Event times are placed on the host clock at
+        the run's start. CPU parts are timed on the host clock either way.
 
     Returns
     -------
@@ -157,6 +166,8 @@ def execute(
         If the plan does not run every part on every micro-batch exactly once, or a part fails
         (naming the part, its device and micro-batch).
     """
+    if cuda_timing not in ("sync", "events"):
+        raise ValueError(f"cuda_timing must be 'sync' or 'events', got {cuda_timing!r}")
     devices = [torch.device(d) for d in devices]
     _check_plan(program, len(batches), plan)
     done = {(p, m): threading.Event() for p in range(len(program.parts)) for m in range(len(batches))}
@@ -166,9 +177,19 @@ def execute(
     held = [0] * len(devices)
     peak_held = [0] * len(devices)
     lock = threading.Lock()
-    for d in {d for d in devices if d.type == "cuda"}:
+    gpus = {d for d in devices if d.type == "cuda"}
+    events = cuda_timing == "events" and bool(gpus)
+    pending: list[tuple[int, int, int, Any, Any]] = []  # GPU tasks timed by events: (part, batch, worker, start, end)
+    origin: dict[torch.device, Any] = {}  # per GPU, an event recorded at t0 on an idle device
+    for d in gpus:
         torch.cuda.reset_peak_memory_stats(d)
+        if events:
+            torch.cuda.synchronize(d)
     t0 = time.perf_counter()
+    for d in gpus if events else ():
+        with torch.cuda.device(d):
+            origin[d] = torch.cuda.Event(enable_timing=True)
+            origin[d].record()
 
     def fetch(ref: Ref, m: int, device: torch.device):
         value = batches[m][ref.index] if ref.part is None else values[(ref.part, m)][ref.index]
@@ -188,11 +209,18 @@ def execute(
             try:
                 with torch.no_grad():
                     args = [fetch(ref, m, device) for ref in part.inputs]
-                    start = time.perf_counter()
-                    out = part.module(*args)
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
-                    end = time.perf_counter()
+                    if events and device.type == "cuda":
+                        with torch.cuda.device(device):
+                            ev_start, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            ev_start.record()
+                            out = part.module(*args)
+                            ev_end.record()
+                    else:
+                        start = time.perf_counter()
+                        out = part.module(*args)
+                        if device.type == "cuda":
+                            torch.cuda.synchronize(device)
+                        end = time.perf_counter()
             except Exception as err:  # stop every worker, report which part failed
                 failure.append(ExecutionError(f"part {part.name} (nodes {part.nodes[0]}..{part.nodes[-1]}) on {device}, micro-batch {m}: {type(err).__name__}: {err}"))
                 for ev in done.values():
@@ -200,7 +228,10 @@ def execute(
                 return
             with lock:
                 values[(p, m)] = out
-                records.append(TaskRecord(p, m, w, start - t0, end - t0))
+                if events and device.type == "cuda":
+                    pending.append((p, m, w, ev_start, ev_end))
+                else:
+                    records.append(TaskRecord(p, m, w, start - t0, end - t0))
                 held[w] += tensor_bytes(out)
                 peak_held[w] = max(peak_held[w], held[w])
             done[(p, m)].set()
@@ -213,6 +244,11 @@ def execute(
             t.join()
     if failure:
         raise failure[0]
+    for d in origin:
+        torch.cuda.synchronize(d)
+    for p, m, w, ev_start, ev_end in pending:
+        zero = origin[devices[w]]
+        records.append(TaskRecord(p, m, w, zero.elapsed_time(ev_start) / 1e3, zero.elapsed_time(ev_end) / 1e3))
     outputs = [[values[(r.part, m)][r.index] if r.part is not None else batches[m][r.index] for r in program.outputs] for m in range(len(batches))]
     makespan = max(r.end for r in records) - min(r.start for r in records) if records else 0.0
     return Execution(outputs, sorted(records, key=lambda r: (r.start, r.worker)), makespan, [str(d) for d in devices[: len(plan)]], _peaks(program, devices[: len(plan)], peak_held))

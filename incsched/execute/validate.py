@@ -178,7 +178,8 @@ def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_mic
     }
 
 
-def _timed_runs(program: Program, batches, devices, plan, repeats: int, processes: bool) -> tuple[Execution, list[Execution]]:
+def _timed_runs(program: Program, batches, devices, plan, repeats: int, processes: bool,
+                cuda_timing: str = "sync") -> tuple[Execution, list[Execution]]:
     threads = cpu_threads_per_worker(devices)
     if processes:
         backend = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
@@ -188,7 +189,7 @@ def _timed_runs(program: Program, batches, devices, plan, repeats: int, processe
     else:
 
         def run():
-            return execute(program, batches, devices, plan, threads=threads)
+            return execute(program, batches, devices, plan, threads=threads, cuda_timing=cuda_timing)
 
     first = run()  # warm-up; its outputs are the ones checked
     return first, [run() for _ in range(repeats)]
@@ -217,11 +218,12 @@ def validate_stages(
     links: Links | None = None,
     seed: int = 0,
     processes: bool = False,
+    cuda_timing: str = "sync",
 ) -> Validation:
     """Run a stage assignment as a pipeline on ``devices`` (one per stage), check and time it.
 
     ``processes=True`` runs one process per stage over ``torch.distributed`` (gloo; NCCL when every
-    stage is on a GPU) instead of one thread per stage.
+    stage is on a GPU) instead of one thread per stage. ``cuda_timing`` is `execute`'s (threads only).
 
     Raises
     ------
@@ -238,7 +240,7 @@ def validate_stages(
     prepare(program, devices)
     batches = micro_batches(capture.example_inputs, n_micro_batches, seed)
     plan = pipeline_plan(program, n_micro_batches)
-    first, runs = _timed_runs(program, batches, devices, plan, repeats, processes)
+    first, runs = _timed_runs(program, batches, devices, plan, repeats, processes, cuda_timing)
     worst = check_execution(capture, program, batches, first, devices, cpu_threads_per_worker(devices))
     return Validation(
         graph=capture.graph.name,
@@ -262,17 +264,19 @@ def validate_placement(
     links: Links | None = None,
     seed: int = 0,
     processes: bool = False,
+    cuda_timing: str = "sync",
 ) -> Validation:
     """Run a placement in its solved per-device order on ``devices``, check and time it.
 
     Predictions come from the simulator on `device_problem` (the same graph times, these devices).
+    ``cuda_timing`` is `execute`'s (threads only).
     """
     if placement.n_devices != len(devices):
         raise ExecutionError(f"the placement uses {placement.n_devices} devices but {len(devices)} were given")
     program, order = placement_program(capture, placement)
     prepare(program, devices)
     batches = micro_batches(capture.example_inputs, 1, seed)
-    first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats, processes)
+    first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats, processes, cuda_timing)
     worst = check_execution(capture, program, batches, first, devices, cpu_threads_per_worker(devices))
     sched = simulate(device_problem(capture.graph, devices, links), placement, "ordered")
     unit = sched.makespan_seconds / sched.makespan if sched.makespan else 0.0  # seconds per tick
