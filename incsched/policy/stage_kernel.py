@@ -48,14 +48,15 @@ def decode_rows(order, pred_ptr, pred_idx, pred_edge, units, params, cap, has_ca
     z = np.empty(K)
     hw = np.empty(D)
     for r in range(S):
-        # Fresh state: every stage empty (the `refresh` of an empty assignment).
+        # Fresh state, every stage empty: no load terms, each stage's spare room is the even share
+        # T of every stage from it on (over P), and every stage still fits the target.
         for k in range(K):
             mem[k] = 0.0
         room = 0.0
         for k in range(K - 1, -1, -1):
-            room += T / P if T > 0.0 else 0.0
+            room += T / P
             for d in range(D):
-                stage_base[k, d] = stage_rows[k, d] + room * b_room[d] + (b_fits[d] if 0.0 <= target else 0.0)
+                stage_base[k, d] = stage_rows[k, d] + room * b_room[d] + b_fits[d]
         peak = 0.0
         done = 0.0
         st = stages[r]
