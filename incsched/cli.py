@@ -135,12 +135,13 @@ def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
 
 def _validate(args) -> int:
     from .capture import capture, zoo
-    from .execute import cpu_threads_per_worker, default_devices, intra_op_threads, validate_result
+    from .execute import check_devices, cpu_threads_per_worker, default_devices, intra_op_threads, validate_result
     from .jsonio import write_json
     from .result import Result
 
     result = Result.load(args.result)
     devices = [d.strip() for d in args.devices.split(",")] if args.devices else default_devices(result)
+    check_devices(devices)
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     with intra_op_threads(cpu_threads_per_worker(devices)):  # measure node times as the workers will run
         captured = capture(model, inputs, measure=args.graph is None, name=args.model)
@@ -169,11 +170,11 @@ def _profile(args) -> int:
 
 def _finetune(args) -> int:
     from .capture import capture, zoo
-    from .execute import cpu_threads_per_worker, intra_op_threads
+    from .execute import check_devices, cpu_threads_per_worker, intra_op_threads
     from .policy.placement_policy import load_placement_policy, save_placement_policy
     from .train.measured import FinetuneConfig, finetune_on_measured
 
-    devices = [d.strip() for d in args.devices.split(",")]
+    devices = [str(d) for d in check_devices([d.strip() for d in args.devices.split(",")])]
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     with intra_op_threads(cpu_threads_per_worker(devices)):  # node times as the workers will run them
         captured = capture(model, inputs, measure=True, name=args.model)

@@ -16,6 +16,7 @@ from incsched.capture.zoo import build
 from incsched.execute import (
     ExecutionError,
     OutputMismatch,
+    check_devices,
     check_execution,
     device_problem,
     execute,
@@ -324,3 +325,10 @@ def test_cuda_event_timing_leaves_cpu_runs_as_they_are(block):
     check_execution(block, program, batches, ex, ["cpu", "cpu"])
     with pytest.raises(ValueError, match="cuda_timing"):
         execute(program, batches, ["cpu", "cpu"], placement_plan(order), cuda_timing="stream")
+
+
+@pytest.mark.parametrize("bad", ["nonsense", "meta"] + ([] if torch.cuda.is_available() else ["cuda:0"]))
+def test_devices_that_are_not_here_are_named_before_anything_runs(bad):
+    with pytest.raises(ExecutionError, match=bad.split(":")[0]):
+        check_devices(["cpu", bad])
+    assert check_devices(["cpu", "cpu"]) == [torch.device("cpu"), torch.device("cpu")]

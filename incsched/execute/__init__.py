@@ -22,7 +22,7 @@ from .calibrate import (
 from .distributed import execute_distributed
 from .equivalence import Divergence, OutputMismatch, check_execution, check_outputs, first_divergence, reference_outputs
 from .partition import ExecutionError, Part, Program, Ref, partition_program, placement_program, segments, stage_program
-from .runner import Execution, TaskRecord, cpu_threads_per_worker, execute, intra_op_threads, pipeline_plan, placement_plan, prepare
+from .runner import Execution, TaskRecord, check_devices, cpu_threads_per_worker, execute, intra_op_threads, pipeline_plan, placement_plan, prepare
 from .validate import (
     Validation,
     default_devices,
@@ -54,6 +54,7 @@ __all__ = [
     "Validation",
     "check_execution",
     "check_outputs",
+    "check_devices",
     "cpu_threads_per_worker",
     "default_devices",
     "device_problem",

@@ -25,7 +25,7 @@ from .partition import ExecutionError, Program, Ref
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Execution", "TaskRecord", "cpu_threads_per_worker", "execute", "intra_op_threads", "pipeline_plan", "placement_plan", "prepare", "worker_weight_bytes"]
+__all__ = ["Execution", "TaskRecord", "check_devices", "cpu_threads_per_worker", "execute", "intra_op_threads", "pipeline_plan", "placement_plan", "prepare", "worker_weight_bytes"]
 
 
 @dataclass(frozen=True)
@@ -81,10 +81,37 @@ class Execution:
         return len(self.outputs) / self.makespan if self.makespan > 0 else float("inf")
 
 
+def check_devices(devices: Sequence[str | torch.device]) -> list[torch.device]:
+    """The torch devices named, each checked to exist here (CPU, or a visible CUDA GPU).
+
+    Raises
+    ------
+    ExecutionError
+        Naming the device that is malformed, of an unsupported type, or not on this machine.
+    """
+    out = []
+    for d in devices:
+        try:
+            dev = torch.device(d)
+        except (RuntimeError, TypeError) as err:
+            raise ExecutionError(f"{d!r} is not a torch device ({err})") from None
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                why = "this torch build has no CUDA" if torch.version.cuda is None else "no GPU is visible"
+                raise ExecutionError(f"{d}: CUDA is not available here ({why}; torch {torch.__version__})")
+            if (dev.index or 0) >= torch.cuda.device_count():
+                raise ExecutionError(f"{d}: this machine has {torch.cuda.device_count()} visible GPU(s)")
+        elif dev.type != "cpu":
+            raise ExecutionError(f"{d}: only cpu and cuda devices are supported")
+        out.append(dev)
+    return out
+
+
 def prepare(program: Program, devices: Sequence[str | torch.device]) -> None:
     """Move every part (its weights) to the device of the worker that runs it."""
     if len(devices) < program.n_workers:
         raise ExecutionError(f"{program.n_workers} stages or devices but only {len(devices)} torch devices given")
+    check_devices(devices)
     for part in program.parts:
         part.module.to(torch.device(devices[part.worker]))
 
