@@ -658,18 +658,14 @@ def calibrated_devices(devices: Sequence[str], memory: int | str | Sequence[int 
 
 
 def _available_device(device: str | torch.device) -> torch.device:
+    """`runner.check_devices` for one device, raising `CalibrationError` (the calibration's error)."""
+    from .partition import ExecutionError
+    from .runner import check_devices
+
     try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise CalibrationError(f"{device!r} is not a torch device ({exc})") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CalibrationError(f"{dev}: CUDA is not available on this machine (torch {torch.__version__})")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise CalibrationError(f"{dev}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    elif dev.type != "cpu":
-        raise CalibrationError(f"{dev}: only cpu and cuda devices can be calibrated")
-    return dev
+        return check_devices([device])[0]
+    except ExecutionError as err:
+        raise CalibrationError(str(err)) from None
 
 
 def _synchroniser(device: torch.device):
