@@ -193,3 +193,11 @@ def test_shipped_policy_beats_an_untrained_one_and_fallback_beats_contiguous(see
     contiguous = evaluate_stages(problem, contiguous_params(problem)).objective
     assert trained < random_policy
     assert evaluate_stages(problem, preschedule_with_fallback(problem)).objective <= contiguous
+
+
+def test_sampling_budget_shrinks_with_size_within_its_bounds():
+    from incsched.policy.sampling import MAX_SAMPLES, MIN_SAMPLES, default_samples
+
+    counts = [default_samples(n) for n in (0, 1, 100, 250, 300, 1_000, 10_000, 10**6)]
+    assert counts[:4] == [MAX_SAMPLES] * 4 and counts[-3:] == [MIN_SAMPLES] * 3
+    assert all(a >= b for a, b in zip(counts, counts[1:]))
