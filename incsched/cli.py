@@ -135,13 +135,12 @@ def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
 
 def _validate(args) -> int:
     from .capture import capture, zoo
-    from .execute import check_devices, cpu_threads_per_worker, default_devices, intra_op_threads, validate_result
+    from .execute import cpu_threads_per_worker, default_devices, intra_op_threads, validate_result
     from .jsonio import write_json
     from .result import Result
 
     result = Result.load(args.result)
-    devices = [d.strip() for d in args.devices.split(",")] if args.devices else default_devices(result)
-    check_devices(devices)
+    devices = _device_list(args.devices) if args.devices else default_devices(result)
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     with intra_op_threads(cpu_threads_per_worker(devices)):  # measure node times as the workers will run
         captured = capture(model, inputs, measure=args.graph is None, name=args.model)
@@ -170,16 +169,19 @@ def _profile(args) -> int:
 
 def _finetune(args) -> int:
     from .capture import capture, zoo
-    from .execute import check_devices, cpu_threads_per_worker, intra_op_threads
+    from .execute import cpu_threads_per_worker, intra_op_threads
     from .policy.placement_policy import load_placement_policy, save_placement_policy
     from .train.measured import FinetuneConfig, finetune_on_measured
 
-    devices = [str(d) for d in check_devices([d.strip() for d in args.devices.split(",")])]
+    devices = _device_list(args.devices)
+    try:
+        config = FinetuneConfig(seed=args.seed, epochs=args.epochs, rl_samples=args.samples, repeats=args.repeats)
+    except ValueError as err:
+        raise IncschedError(str(err)) from None
+    policy = load_placement_policy(args.checkpoint)  # a bad checkpoint fails before the slow capture
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     with intra_op_threads(cpu_threads_per_worker(devices)):  # node times as the workers will run them
         captured = capture(model, inputs, measure=True, name=args.model)
-    policy = load_placement_policy(args.checkpoint)
-    config = FinetuneConfig(seed=args.seed, epochs=args.epochs, rl_samples=args.samples, repeats=args.repeats)
     policy, metrics = finetune_on_measured(policy, captured, devices, config)
     print(f"{args.model} on {', '.join(devices)}: {metrics[-1]['placements_measured']} distinct placements executed and timed")
     for m in metrics:
@@ -193,6 +195,13 @@ def _finetune(args) -> int:
         "stage": "finetune_on_measured", "model": args.model, "devices": devices, "batch_size": args.batch_size,
         "from": args.checkpoint or "shipped", **config.to_dict()})
     return 0
+
+
+def _device_list(text: str) -> list[str]:
+    """``--devices cuda:0,cpu`` as torch device strings, each checked to exist on this machine."""
+    from .execute import check_devices
+
+    return [str(d) for d in check_devices([d.strip() for d in text.split(",") if d.strip()])]
 
 
 def _train(args) -> int:

@@ -72,8 +72,9 @@ POLICIES = _policies()
 def _differs_only_at_a_rounded_tie(problem, heads, rows, r) -> bool:
     """True when row ``r`` follows `decode` up to a step where `decode` broke an exact tie by rounding.
 
-    Interchangeable devices in the same state (at the start: every device) get identical PLC
-    feature rows, so their logits tie exactly. The kernel takes the first, as ``argmax`` means;
+    Devices in the same state for the op at hand (at the start: every identical device; later
+    also two devices the op's inputs reach at the same price) get identical PLC feature rows, so
+    their logits tie exactly, whether or not the devices are interchangeable overall. The kernel takes the first, as ``argmax`` means;
     numpy's BLAS product, though, may round identical rows differently (seen here with 3 devices:
     OpenBLAS gives the third row a result 1 ulp off), and `decode` then picks by that artefact.
     The same holds for SEL and ready ops with identical inputs. Past such a step the two decodes
@@ -88,8 +89,7 @@ def _differs_only_at_a_rounded_tie(problem, heads, rows, r) -> bool:
             return np.array_equal(f[mine], f[tr.sel_action[t]]) and np.array_equal(heads.sel_part[seq[t]], heads.sel_part[v])
         if device[v] != tr.plc_action[t]:
             a, b = int(device[v]), tr.plc_action[t]
-            same_group = any(a in group and b in group for group in problem.identical_devices)
-            return same_group and np.array_equal(tr.plc_features[t][a], tr.plc_features[t][b])
+            return np.array_equal(tr.plc_features[t][a], tr.plc_features[t][b])
     return True  # the kernel took every recorded action
 
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 import numpy as np
 
 from ..evaluate.stage import evaluate_stages
-from ..graph import CompGraph
 from ..problems.stage import StageProblem
 from .stage_local import dp_local_search
 

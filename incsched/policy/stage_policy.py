@@ -228,7 +228,7 @@ class StageDecoding:
 
 @dataclass(frozen=True)
 class _HeadParts:
-    """The decoder head of one graph as float64 arrays: a step sums rows of these (see `StagePolicy.decode`)."""
+    """The decoder head of one graph as float64 arrays: a decoding step sums rows of these (`stage_kernel`)."""
 
     T: float  # total params / K
     P: float  # total params
@@ -304,9 +304,9 @@ class StagePolicy(nn.Module):
         # B (``state_proj``) weighted by the state features. The parts that change only when a
         # stage's load changes (load, room, fits-the-target at zero weight) live in `stage_base`
         # [K, D], refreshed only after a node with parameters; the node's own static part in
-        # `node_base` [n, D], computed once for all nodes. A step is then a handful of array
-        # operations on [K - lo, D]. Same values as `_state` @ B up to rounding (tests check
-        # against the batched path).
+        # `node_base` [n, D], computed once for all nodes. A step of `stage_kernel` then sums a few
+        # of these rows per candidate stage. Same values as `_state` @ B up to rounding (tests
+        # check against the batched path).
         B = self.state_proj.weight.detach().numpy().astype(np.float64).T  # (N_STATE, D)
         f = {name: i for i, name in enumerate(STATE_FEATURES)}
         w = self.out.weight.detach().numpy().astype(np.float64)[0]

@@ -41,6 +41,13 @@ class FinetuneConfig:
     grad_clip: float = 1.0
     repeats: int = 3  # timed runs per distinct placement, median
 
+    def __post_init__(self):
+        if self.epochs < 0 or self.rl_samples < 1 or self.repeats < 1:
+            raise ValueError(f"fine-tuning needs epochs >= 0, samples >= 1 and repeats >= 1; got epochs={self.epochs}, "
+                             f"samples={self.rl_samples}, repeats={self.repeats}")
+        if self.rl_lr <= 0 or self.rl_temperature <= 0:
+            raise ValueError(f"fine-tuning needs a positive learning rate and temperature; got {self.rl_lr}, {self.rl_temperature}")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

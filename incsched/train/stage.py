@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -441,7 +441,6 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
     import json
-    from dataclasses import replace
 
     from ..policy.checkpoint import save_stage_policy
 
