@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from incsched.baselines.placement import PLACEMENT_BASELINES, critical_path_list, heft, list_schedule, mean_costs
@@ -26,7 +26,13 @@ def problems(draw, max_nodes=14):
     speeds = draw(st.lists(st.sampled_from([1.0, 2.0]), min_size=D, max_size=D))
     memory = draw(st.sampled_from([None, 5 * n, 3 * n]))
     devices = [Device(f"d{i}", speed=speeds[i], memory=memory) for i in range(D)]
-    return PlacementProblem(g, devices, Links(latency=draw(st.sampled_from([0.0, 2.0])), bandwidth=10.0), time_unit=1.0)
+    links = Links(latency=draw(st.sampled_from([0.0, 2.0])), bandwidth=10.0)
+    try:
+        return PlacementProblem(g, devices, links, time_unit=1.0)
+    except PlacementInfeasibleError:
+        # A node heavier than every device (e.g. 4 bytes against 3 * n = 3): refused when the
+        # problem is built, which its own tests cover; nothing to schedule here.
+        assume(False)
 
 
 @given(problems(), st.sampled_from(sorted(PLACEMENT_BASELINES)))

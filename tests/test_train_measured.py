@@ -63,3 +63,13 @@ def test_finetune_keeps_the_weights_that_measured_fastest(block):
     best = min(metrics, key=lambda m: m["greedy_measured_s"])
     assert simulate(problem, kept, "ordered").makespan_seconds == pytest.approx(best["greedy_predicted_s"])
     assert cost(problem, kept) > 0
+
+
+def test_a_finetune_that_cannot_learn_is_refused_before_anything_runs(capsys, tmp_path):
+    with pytest.raises(ValueError, match="samples=0"):
+        FinetuneConfig(rl_samples=0)
+    from incsched.cli import main
+
+    out = tmp_path / "never.pt"
+    assert main(["finetune", "--model", "resnet18", "--samples", "0", "--out", str(out)]) == 1
+    assert "samples=0" in capsys.readouterr().err and not out.exists()
