@@ -574,13 +574,6 @@ _PROOF_SHARE = 0.2
 _PROOF_PROBES = 4
 
 
-def _segment_key(sub: PlacementProblem) -> bytes:
-    """What a segment's problem is up to node names: durations, edges and transfer ticks."""
-    g = sub.graph
-    parts = (sub.durations(), g.src, g.dst, sub.transfer_ticks(), g.param_bytes)
-    return b"|".join(np.ascontiguousarray(a).tobytes() for a in parts) + repr([a.shape for a in parts]).encode()
-
-
 class _PlacementSolve(_Run):
     kind = "placement"
     bound_source = "combinatorial"
@@ -686,7 +679,7 @@ class _PlacementSolve(_Run):
         subs = [subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ()) for i, nodes in enumerate(seg_nodes)]
         # Repeated blocks give identical segments: each is solved once, with the time of all its copies.
         solved: dict[bytes, tuple[Placement, int]] = {}
-        keys = [_segment_key(sub) for sub in subs]
+        keys = [sub.signature() for sub in subs]
         big = sum(len(nodes) for nodes in seg_nodes if len(nodes) > 2)
         phase = self.budget.left() * _SEGMENT_SHARE
         for i, (nodes, sub, key) in enumerate(zip(seg_nodes, subs, keys)):

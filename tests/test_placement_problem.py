@@ -195,3 +195,15 @@ def test_window():
         PlacementWindow(start_lo=[3], start_hi=[2])
     with pytest.raises(PlacementError, match="allowed"):
         PlacementWindow(np.ones((3, 3), bool)).check(p)
+
+
+def test_signature_ignores_names_and_sees_costs():
+    def chain(names, secs, params):
+        g = CompGraph(names, names[:-1], names[1:], out_bytes=[100] * len(names), param_bytes=params,
+                      compute_time={"cpu": secs})
+        return PlacementProblem.identical(g, 2, bandwidth=1e3, time_unit=1.0)
+
+    a = chain(["a", "b", "c"], [1.0, 2.0, 3.0], [0, 5, 0])
+    assert a.signature() == chain(["x", "y", "z"], [1.0, 2.0, 3.0], [0, 5, 0]).signature()
+    assert a.signature() != chain(["a", "b", "c"], [1.0, 2.0, 4.0], [0, 5, 0]).signature()
+    assert a.signature() != chain(["a", "b", "c"], [1.0, 2.0, 3.0], [0, 6, 0]).signature()

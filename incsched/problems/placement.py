@@ -353,6 +353,15 @@ class PlacementProblem:
         out.setflags(write=False)
         return out
 
+    def signature(self) -> bytes:
+        """What the problem is up to node names: durations, edges, transfer ticks, parameter bytes
+        and device memories. Repeated blocks of a graph give equal signatures, so their
+        subproblems are solved (and bounded) once."""
+        g = self.graph
+        parts = (self.durations(), g.src, g.dst, self.transfer_ticks(), g.param_bytes)
+        shapes = [a.shape for a in parts] + [d.memory for d in self.devices]
+        return b"|".join(np.ascontiguousarray(a).tobytes() for a in parts) + repr(shapes).encode()
+
     def allowed_devices(self) -> np.ndarray:
         """Boolean [n, D]: which devices can hold each node's parameters on their own."""
         mem = np.array([math.inf if d.memory is None else d.memory for d in self.devices])

@@ -754,7 +754,7 @@ def _off_device_offsets(problem, entry: int, exit_: int, settings: SolverSetting
                 continue
             nodes = sorted(rel[v] | {v}, key=lambda u: topo_pos[u])
             sub = subproblem(problem, nodes)
-            key = _problem_key(sub)
+            key = sub.signature()
             if key not in cache:
                 s_entry, s_exit = _segment_shape(sub)
                 # The node is the sink (heads) or the source (tails) of `sub`; either way it sits off
@@ -787,12 +787,6 @@ def _capped(settings: SolverSettings, seconds: float) -> SolverSettings:
     from dataclasses import replace
 
     return replace(settings, time_limit=min(settings.time_limit, seconds), max_deterministic_time=None)
-
-
-def _problem_key(sub: PlacementProblem) -> bytes:
-    g = sub.graph
-    parts = (sub.durations(), g.src, g.dst, sub.transfer_ticks())
-    return b"|".join(np.ascontiguousarray(a).tobytes() for a in parts) + repr([a.shape for a in parts]).encode()
 
 
 class _DecisionModel:
