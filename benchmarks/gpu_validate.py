@@ -42,7 +42,7 @@ import torch
 from incsched.capture import capture
 from incsched.capture.zoo import build
 from incsched.evaluate.simulate import simulate
-from incsched.execute import ExecutionError, OutputMismatch, rank_placements, validate_placement, validate_stages
+from incsched.execute import ExecutionError, OutputMismatch, cpu_threads_per_worker, rank_placements, validate_placement, validate_stages
 from incsched.execute.calibrate import calibrated_devices, measure_links, profile_node_times, with_measured_times
 from incsched.jsonio import write_json
 from incsched.problems import PlacementProblem, StageProblem
@@ -59,7 +59,9 @@ def calibrated_capture(model_name: str, batch: int, devices: list[str], args):
     cap = capture(model, inputs, coarsen="trivial", name=f"{model_name}_b{batch}")
     graph, regimes = cap.graph, {}
     for dev in dict.fromkeys(devices):
-        times = profile_node_times(cap, dev, repeats=args.repeats_profile, warmup=2)
+        # CPU times with the threads the placement's CPU worker gets (all cores beside a GPU)
+        threads = cpu_threads_per_worker(devices) if torch.device(dev).type == "cpu" else None
+        times = profile_node_times(cap, dev, repeats=args.repeats_profile, warmup=2, threads=threads)
         graph = with_measured_times(graph, times)
         regimes[dev] = times.summary()
     return _with_graph(cap, graph), regimes
@@ -140,6 +142,7 @@ def _figures(v) -> dict:
         "predicted_throughput": v.predicted["throughput"],
         "measured_throughput": v.measured["throughput"],
         "peak_bytes": v.measured["peak_bytes"],
+        "notes": v.notes,
     }
 
 
@@ -156,7 +159,7 @@ def markdown(report: dict) -> str:
     for entry in report["models"]:
         out.append(f"## {entry['graph']} ({entry['nodes']} nodes)")
         for dev, s in entry["regimes"].items():
-            out.append(f"- {dev}: forward {s['wall_s'] * 1e3:.2f} ms, kernels {s['kernel_sum_s'] * 1e3:.2f} ms, launch {s['launch_per_op_s'] * 1e6:.1f} us/op, {s['regime']}")
+            out.append(f"- {dev}: forward {s['wall_s'] * 1e3:.2f} ms, kernels {s['kernel_sum_s'] * 1e3:.2f} ms, launch {s['launch_per_op_s'] * 1e6:.1f} us/op, {s['regime']}, {s.get('threads', '?')} thread(s)")
         out.append(f"- link {entry['link']}")
         out += ["", "| stage K | status | parts | predicted ms | measured ms | rel. error | pred. mb/s | meas. mb/s | measured ms, CUDA events |",
                 "|---|---|---|---|---|---|---|---|---|"]
@@ -168,6 +171,7 @@ def markdown(report: dict) -> str:
                 f"| {r['K']} | {r['status']} | {r['parts']} | {r['predicted_makespan_s'] * 1e3:.2f} | {r['measured_makespan_s'] * 1e3:.2f} | "
                 f"{r['makespan_rel_error']:+.1%} | {r['predicted_throughput']:.1f} | {r['measured_throughput']:.1f} | {_ms(r.get('measured_events_s'))} |"
             )
+        out += [f"- note (K={r['K']}): {note}" for r in entry["stage"] for note in r.get("notes", [])]
         out += ["", "| placement | status | on GPU | predicted ms | measured ms | measured / inc-ilp's | measured ms, CUDA events |", "|---|---|---|---|---|---|---|"]
         for r in entry["placement"]:
             if "error" in r:

@@ -100,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_args(prof, tracing=True)
     prof.add_argument("--repeats", type=int, default=10, help="profiled forwards per device (default 10)")
     prof.add_argument("--warmup", type=int, default=3, help="discarded forwards first (default 3)")
+    prof.add_argument("--threads", type=int, help="intra-op threads for the CPU times (default: the cores each CPU worker "
+                      "gets when --devices run together, e.g. 1 each for cpu,cpu on 2 cores; all cores for one CPU)")
     prof.add_argument("--links", metavar="FILE", help="also time copies between the devices and write them as JSON")
     prof.add_argument("--link-sizes", default="4K,64K,1M,16M,64M", help="bytes per timed copy, K/M/G binary suffixes")
     prof.set_defaults(run=_profile)
@@ -148,7 +150,9 @@ def _validate(args) -> int:
         timed = _read_graph(args.graph, None)
         if timed.structure_digest() != captured.graph.structure_digest():
             raise IncschedError(f"{args.graph}: not the graph of {args.model} as captured here (nodes or edges differ)")
-        captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time))
+        # the times and what they were measured under (threads, device), so notes judge the right ones
+        meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
+        captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
     v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, processes=args.processes)
     what = f"{v.micro_batches} micro-batches" if v.kind == "stage" else "solved per-device order"
     print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}")

@@ -3,6 +3,7 @@ mismatches are caught and located, measured figures sit beside predicted ones.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -18,6 +19,8 @@ from incsched.execute import (
     OutputMismatch,
     check_devices,
     check_execution,
+    cpu_threads_per_worker,
+    cpu_time_threads,
     device_problem,
     execute,
     execute_distributed,
@@ -265,6 +268,24 @@ def test_validate_placement_predicts_with_the_simulator(block):
     v = validate_placement(block, Placement(r.device, r.order), ["cpu", "cpu"], repeats=1)
     assert v.predicted["makespan_s"] == pytest.approx(r.terms["makespan_s"])
     assert v.measured["makespan_s"] > 0
+
+
+def _with_cpu_threads(cap, threads: int):
+    """``cap`` whose graph says its CPU times were calibrated with ``threads`` intra-op threads."""
+    meta = {**cap.graph.meta, "calibration": {"cpu": {"threads": threads, "device": "cpu"}}}
+    return dataclasses.replace(cap, graph=cap.graph.replace(meta=meta))
+
+
+def test_validation_warns_when_cpu_times_were_measured_with_other_threads(block):
+    placement = Placement.from_assignment(np.arange(block.graph.n_nodes) % 2, 2)
+    running = cpu_threads_per_worker(["cpu", "cpu"])
+    assert cpu_time_threads(_with_cpu_threads(block, 97).graph) == 97
+    v = validate_placement(_with_cpu_threads(block, 97), placement, ["cpu", "cpu"], repeats=1)
+    assert len(v.notes) == 1 and "97 intra-op thread(s)" in v.notes[0] and f"ran with {running}" in v.notes[0]
+    v = validate_placement(_with_cpu_threads(block, running), placement, ["cpu", "cpu"], repeats=1)
+    assert v.notes == []
+    v = validate_stages(_with_cpu_threads(block, 97), _stages(block, 2), ["cpu", "cpu"], n_micro_batches=1, repeats=1)
+    assert any("97 intra-op" in n for n in v.notes)
 
 
 @pytest.mark.parametrize("which", ["resnet18", "block"])

@@ -30,6 +30,7 @@ from incsched.execute.calibrate import (
     profile_node_times,
     with_measured_times,
 )
+from incsched.execute import cpu_threads_per_worker, cpu_time_threads
 from incsched.formats import load_graph, save_graph
 from incsched.graph import CompGraph
 from incsched.jsonio import read_json
@@ -141,9 +142,19 @@ def test_ranges_charge_their_ops_kernel_time_not_the_annotation_span():
     assert cpu["conv"][0] == pytest.approx(1e-6 * (40 + 80) / 2)
 
 
+def test_profiling_uses_the_threads_asked_for_and_restores_the_callers(small_net):
+    assert torch.get_num_threads() == 1  # the module's fixture
+    t = profile_node_times(small_net, "cpu", repeats=1, warmup=0, threads=2)
+    assert t.conditions["threads"] == 2 and torch.get_num_threads() == 1
+    graph = with_measured_times(small_net.graph, t)
+    assert graph.meta["calibration"]["cpu"]["threads"] == 2 and cpu_time_threads(graph) == 2
+
+
 def test_profile_rejects_bad_arguments(small_net):
     with pytest.raises(CalibrationError, match="repeats"):
         profile_node_times(small_net, "cpu", repeats=0)
+    with pytest.raises(CalibrationError, match="threads"):
+        profile_node_times(small_net, "cpu", repeats=1, threads=0)
     if not torch.cuda.is_available():
         with pytest.raises(CalibrationError, match="CUDA is not available"):
             profile_node_times(small_net, "cuda:0", repeats=1)
@@ -308,6 +319,8 @@ def test_profile_command_writes_a_measured_graph_and_links(tmp_path, capsys):
     assert set(graph.compute_time) == {"cpu"}
     assert np.all(graph.time("cpu") >= 0) and graph.time("cpu").sum() > 0
     assert graph.meta["calibration"]["cpu"]["device"] == "cpu"
+    # two CPU workers will share the cores: their times are measured with each one's share
+    assert graph.meta["calibration"]["cpu"]["threads"] == cpu_threads_per_worker(["cpu", "cpu"])
     assert graph.meta["model"] == "resnet18"
 
     data = read_json(links_file)
@@ -317,7 +330,13 @@ def test_profile_command_writes_a_measured_graph_and_links(tmp_path, capsys):
     PlacementProblem(graph, calibrated_devices(m.devices), m.to_links())  # the solver accepts both
 
     out = capsys.readouterr().out
-    assert "wall" in out and "us/op" in out and "GB/s" in out and str(graph_file) in out
+    assert "wall" in out and "us/op" in out and "GB/s" in out and "thread(s)" in out and str(graph_file) in out
+
+
+def test_profile_command_rejects_a_bad_thread_count(tmp_path):
+    args = _profile_args("--model", "resnet18", "--threads", "0", "-o", str(tmp_path / "g.json"))
+    with pytest.raises(CalibrationError, match="--threads"):
+        args.run(args)
 
 
 def test_profile_command_fails_fast_on_a_bad_output_name(tmp_path):

@@ -25,6 +25,7 @@ from .partition import ExecutionError, Part, Program, Ref, partition_program, pl
 from .runner import Execution, TaskRecord, check_devices, cpu_threads_per_worker, execute, intra_op_threads, pipeline_plan, placement_plan, prepare
 from .validate import (
     Validation,
+    cpu_time_threads,
     default_devices,
     device_problem,
     micro_batches,
@@ -55,6 +56,7 @@ __all__ = [
     "check_execution",
     "check_outputs",
     "check_devices",
+    "cpu_time_threads",
     "cpu_threads_per_worker",
     "default_devices",
     "device_problem",

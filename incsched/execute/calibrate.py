@@ -34,6 +34,7 @@ from ..capture import Capture
 from ..errors import IncschedError
 from ..graph import CompGraph
 from ..problems.placement import Device, Links
+from .runner import cpu_threads_per_worker, intra_op_threads
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,9 @@ class NodeTimes:
         }
 
 
-def profile_node_times(capture: Capture, device: str | torch.device = "cpu", *, repeats: int = 10, warmup: int = 3) -> NodeTimes:
+def profile_node_times(
+    capture: Capture, device: str | torch.device = "cpu", *, repeats: int = 10, warmup: int = 3, threads: int | None = None
+) -> NodeTimes:
     """Measure kernel time and launch overhead of every graph node of ``capture`` on ``device``.
 
     The whole graph module runs ``warmup`` times, then ``repeats`` times under ``torch.profiler``
@@ -174,6 +177,11 @@ def profile_node_times(capture: Capture, device: str | torch.device = "cpu", *, 
         Profiled forwards (and timed forwards for the wall time); at least 1.
     warmup : int
         Forwards run first and discarded (allocator, cuDNN algorithm choice); at least 0.
+    threads : int, optional
+        Intra-op threads to measure with (default: the current ``torch.get_num_threads()``). A CPU
+        node's time depends on it: measure with the threads each CPU worker will get
+        (`cpu_threads_per_worker` of the devices it will run on), or predictions of a run with
+        several CPU workers come out about half the measured time on 2 cores.
 
     Returns
     -------
@@ -195,18 +203,21 @@ def profile_node_times(capture: Capture, device: str | torch.device = "cpu", *, 
     """
     if repeats < 1 or warmup < 0:
         raise CalibrationError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    if threads is not None and threads < 1:
+        raise CalibrationError(f"threads must be >= 1, got {threads}")
     device = _available_device(device)
     gm = _module_on(capture.graph_module, device)
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in capture.example_inputs]
     sync = _synchroniser(device)
 
-    with torch.no_grad():
+    with torch.no_grad(), intra_op_threads(threads):
         for _ in range(warmup):
             gm(*inputs)
         sync()
         wall = _median_seconds(lambda: gm(*inputs), sync, repeats)
         per_fx = _profile_fx_nodes(gm, inputs, device, repeats, sync)
         launch_per_op = _launch_overhead(device)
+        used_threads = torch.get_num_threads()
 
     names = capture.graph.names
     index = {nm: i for i, nm in enumerate(names)}
@@ -237,7 +248,7 @@ def profile_node_times(capture: Capture, device: str | torch.device = "cpu", *, 
         regime=regime,
         repeats=repeats,
         warmup=warmup,
-        conditions=_conditions(device, unmapped),
+        conditions=_conditions(device, unmapped, used_threads),
     )
     log.info(
         "%s on %s: wall %.3f ms, kernels %.3f ms (%.0f%%), %d ops x %.1f us launch: %s",
@@ -692,13 +703,13 @@ def _module_on(gm: torch.fx.GraphModule, device: torch.device) -> torch.fx.Graph
     return copy.deepcopy(gm).to(device)
 
 
-def _conditions(device: torch.device, unmapped: list[str]) -> dict[str, Any]:
+def _conditions(device: torch.device, unmapped: list[str], threads: int) -> dict[str, Any]:
     # Measured times are only as good as the machine was quiet: keep the load beside them.
     try:
         load = round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
         load = None
-    out: dict[str, Any] = {"threads": torch.get_num_threads(), "load_average": load}
+    out: dict[str, Any] = {"threads": threads, "load_average": load}
     if device.type == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
     if unmapped:
@@ -727,6 +738,8 @@ def profile_command(args: argparse.Namespace) -> int:
     for dev in devices:
         _available_device(dev)  # fail before the slow capture
     sizes = _parse_sizes(args.link_sizes) if args.links else ()
+    if args.threads is not None and args.threads < 1:
+        raise CalibrationError(f"--threads must be >= 1, got {args.threads}")
     if not args.output.endswith((".json", ".json.gz")):
         raise CalibrationError(f"{args.output}: the graph is written as .json or .json.gz")
 
@@ -741,13 +754,14 @@ def profile_command(args: argparse.Namespace) -> int:
         kind = torch.device(dev).type
         if kind in measured_kinds:  # times are stored per kind: one device of each kind is enough
             continue
-        times = profile_node_times(captured, dev, repeats=args.repeats, warmup=args.warmup)
+        threads = (args.threads or cpu_threads_per_worker(devices)) if kind == "cpu" else None
+        times = profile_node_times(captured, dev, repeats=args.repeats, warmup=args.warmup, threads=threads)
         graph = with_measured_times(graph, times)
         measured_kinds[kind] = dev
         print(
             f"{dev:<8} wall {1e3 * times.wall_seconds:9.3f} ms  kernels {1e3 * times.kernel_seconds:9.3f} ms "
             f"({100 * times.kernel_share:.0f}%)  launch {1e6 * times.launch_per_op:6.2f} us/op x {int(times.ops.sum())} ops  "
-            f"{times.regime}"
+            f"{times.regime}, {times.conditions['threads']} thread(s)"
         )
     save_graph(graph, args.output)
     print(f"graph with compute_time for {', '.join(sorted(measured_kinds))} -> {args.output}")

@@ -40,6 +40,7 @@ __all__ = [
     "default_devices",
     "rank_placements",
     "device_problem",
+    "cpu_time_threads",
 ]
 
 
@@ -178,6 +179,35 @@ def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_mic
     }
 
 
+def cpu_time_threads(graph) -> int | None:
+    """The intra-op threads the graph's CPU node times were measured with, when it says so.
+
+    `incsched.execute.calibrate` records them in ``meta["calibration"]["cpu"]`` (it overrides a
+    capture's own measurement, recorded in ``meta["measured"]``).
+    """
+    calibration = (graph.meta.get("calibration") or {}).get("cpu") or {}
+    if "threads" in calibration:
+        return int(calibration["threads"])
+    measured = graph.meta.get("measured") or {}
+    if str(measured.get("device", "")).startswith("cpu") and "threads" in measured:
+        return int(measured["threads"])
+    return None
+
+
+def _thread_notes(graph, devices: Sequence[str]) -> list[str]:
+    """A warning when CPU workers run with other intra-op threads than the CPU times were measured
+    with: a CPU node's time scales with its threads, so the prediction would be off by that ratio."""
+    if not any(torch.device(d).type == "cpu" for d in devices):
+        return []
+    measured = cpu_time_threads(graph)
+    running = cpu_threads_per_worker(devices) or torch.get_num_threads()
+    if measured is None or measured == running:
+        return []
+    log.warning("%s: CPU node times were measured with %d thread(s), the CPU workers run with %d", graph.name, measured, running)
+    return [f"CPU node times were measured with {measured} intra-op thread(s) but each CPU worker ran with {running}: "
+            f"CPU predictions are off by that scaling (re-measure with `incsched profile --devices {','.join(devices)}`)"]
+
+
 def _timed_runs(program: Program, batches, devices, plan, repeats: int, processes: bool,
                 cuda_timing: str = "sync") -> tuple[Execution, list[Execution]]:
     threads = cpu_threads_per_worker(devices)
@@ -185,7 +215,7 @@ def _timed_runs(program: Program, batches, devices, plan, repeats: int, processe
         backend = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
 
         def run():
-            return execute_distributed(program, batches, devices, plan, backend=backend, threads=threads or 1)
+            return execute_distributed(program, batches, devices, plan, backend=backend, threads=threads or torch.get_num_threads())
     else:
 
         def run():
@@ -252,6 +282,7 @@ def validate_stages(
         predicted=predict_pipeline(capture.graph, stages, devices, n_micro_batches, links),
         measured=_measured(runs, pipeline=True),
         parts=len(program.parts),
+        notes=_thread_notes(capture.graph, devices),
     )
 
 
@@ -290,6 +321,7 @@ def validate_placement(
         predicted={"makespan_s": float(sched.makespan_seconds), "busy_s": [float(b) * unit for b in sched.busy]},
         measured=_measured(runs, pipeline=False),
         parts=len(program.parts),
+        notes=_thread_notes(capture.graph, devices),
     )
 
 
