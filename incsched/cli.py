@@ -8,7 +8,7 @@
     incsched solve GRAPH --links LINKS.json [--method M] [--json OUT]     (devices measured by profile)
     incsched batch DIR -o OUTDIR (--stages K | --devices N) [--jobs N]
     incsched profile --model resnet50 [--devices cpu,cuda:0] [--repeats 10] -o FILE [--links LINKS.json]
-    incsched validate --model resnet50 --result RESULT.json [--devices cuda:0,cpu]
+    incsched validate --model resnet50 --result RESULT.json [--devices cuda:0,cpu] [--runtime pipelining]
     incsched train stage|placement --out CHECKPOINT
     incsched finetune --model M --devices cpu,cpu --out CHECKPOINT   (placement policy on measured runtimes)
 """
@@ -90,7 +90,10 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--graph", help="graph file whose node times predict (default: measure them while capturing)")
     val.add_argument("--micro-batches", type=int, default=4, help="stage results: micro-batches in the pipeline")
     val.add_argument("--repeats", type=int, default=3, help="timed runs (median reported) after one warm-up")
-    val.add_argument("--processes", action="store_true", help="one process per stage/device over torch.distributed (gloo) instead of threads")
+    val.add_argument("--runtime", choices=["threads", "processes", "pipelining"], default="threads",
+                     help="threads (default); processes: one per stage/device over torch.distributed (gloo, NCCL on GPUs), "
+                          "point-to-point sends; pipelining: stage results under torch.distributed.pipelining's GPipe schedule")
+    val.add_argument("--processes", dest="runtime", action="store_const", const="processes", help="same as --runtime processes")
     val.add_argument("--json", metavar="OUT", help="write the validation as JSON (atomically)")
     val.set_defaults(run=_validate)
 
@@ -153,7 +156,7 @@ def _validate(args) -> int:
         # the times and what they were measured under (threads, device), so notes judge the right ones
         meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
-    v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, processes=args.processes)
+    v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, runtime=args.runtime)
     what = f"{v.micro_batches} micro-batches" if v.kind == "stage" else "solved per-device order"
     print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}")
     print(f"outputs match the unsplit model (max |diff| {v.max_abs_diff:.3g}); medians of {v.repeats} runs after a warm-up")

@@ -99,15 +99,18 @@ def test_shipped_graph_info(capsys):
     assert "total parameters" in capsys.readouterr().out
 
 
-def test_validate_executes_a_solved_result(tmp_path, capsys):
+@pytest.mark.parametrize("runtime", ["threads", "pipelining"])
+def test_validate_executes_a_solved_result(tmp_path, capsys, runtime):
     graph = REPO / "data" / "graphs" / "resnet18.json.gz"
     result = tmp_path / "r.json"
     assert main(["solve", str(graph), "--stages", "2", "--method", "contiguous_params", "--json", str(result)]) == 0
     out_json = tmp_path / "v.json"
-    argv = ["validate", "--model", "resnet18", "--result", str(result), "--graph", str(graph), "--repeats", "1", "--micro-batches", "2", "--json", str(out_json)]
+    argv = ["validate", "--model", "resnet18", "--result", str(result), "--graph", str(graph), "--repeats", "1", "--micro-batches", "2",
+            "--json", str(out_json), "--runtime", runtime]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "outputs match the unsplit model" in out and "| makespan_s |" in out
+    assert ("torch.distributed.pipelining" in out) == (runtime == "pipelining")
     data = json.loads(out_json.read_text())
     assert data["kind"] == "stage" and data["predicted"]["makespan_s"] > 0 and data["measured"]["makespan_s"] > 0
     # the predictions use the shipped graph's measured times
@@ -132,6 +135,7 @@ def test_profile_solve_validate_loop(tmp_path, capsys):
     assert main(["validate", *common, "--result", str(result), "--graph", str(graph), "--devices", "cpu,cpu", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "placement result (heft" in out and "outputs match the unsplit model" in out
+    assert "measured with" not in out  # profiled with the threads each of the two workers then got
 
 
 def test_solve_rejects_a_file_that_is_not_a_links_file(small_graph_file, tmp_path, capsys):

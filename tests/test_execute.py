@@ -307,7 +307,7 @@ def test_multi_process_pipeline_matches_unsplit_model(which, request):
 def test_multi_process_placement_and_failure_report(block):
     problem = device_problem(block.graph, ["cpu", "cpu"], Links(bandwidth=1e9))
     r = solve(problem, "heft")
-    v = validate_placement(block, Placement(r.device, r.order), ["cpu", "cpu"], repeats=1, processes=True)
+    v = validate_placement(block, Placement(r.device, r.order), ["cpu", "cpu"], repeats=1, runtime="processes")
     assert v.max_abs_diff <= 1e-5 and v.measured["makespan_s"] > 0
     program = stage_program(block, _stages(block, 2), 2)
     with pytest.raises(ExecutionError, match="part submod_0 .*dry run"):

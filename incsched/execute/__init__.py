@@ -5,7 +5,8 @@ the devices the solver reads) -> solve -> ...
 
 partition (``split_module`` along stages or placement segments, weights moved into their parts)
 -> run (one worker per stage or device, in the solved order; GPipe micro-batches for pipelines;
-   threads in one process, or one process per worker over torch.distributed)
+   threads in one process, one process per worker over torch.distributed, or for stage
+   assignments torch.distributed.pipelining's GPipe schedule)
 -> equivalence (outputs against the unsplit model; the first diverging node on a mismatch)
 -> validation (measured beside predicted; rank correlation over several placements).
 """
@@ -22,8 +23,10 @@ from .calibrate import (
 from .distributed import execute_distributed
 from .equivalence import Divergence, OutputMismatch, check_execution, check_outputs, first_divergence, reference_outputs
 from .partition import ExecutionError, Part, Program, Ref, partition_program, placement_program, segments, stage_program
+from .pipelining import ChainStage, chain_stages, execute_pipelined
 from .runner import Execution, TaskRecord, check_devices, cpu_threads_per_worker, execute, intra_op_threads, pipeline_plan, placement_plan, prepare
 from .validate import (
+    RUNTIMES,
     Validation,
     cpu_time_threads,
     default_devices,
@@ -55,6 +58,10 @@ __all__ = [
     "Validation",
     "check_execution",
     "check_outputs",
+    "ChainStage",
+    "RUNTIMES",
+    "chain_stages",
+    "execute_pipelined",
     "check_devices",
     "cpu_time_threads",
     "cpu_threads_per_worker",

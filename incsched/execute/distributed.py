@@ -28,7 +28,7 @@ from .runner import Execution, TaskRecord, worker_weight_bytes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["execute_distributed"]
+__all__ = ["execute_distributed", "run_ranks"]
 
 _TIMEOUT_S = 600.0
 
@@ -67,39 +67,7 @@ def execute_distributed(
     """
     world = len(plan)
     shapes = _crossing_shapes(program, batches[:1])
-    # fork: the children inherit the parts; export's graph modules cannot be pickled for spawn
-    ctx = mp.get_context("fork")
-    results = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory(prefix="incsched-dist-") as tmp:
-        store = os.path.join(tmp, "store")
-        procs = [
-            ctx.Process(target=_rank_main, args=(r, world, store, backend, threads, program, list(batches), list(devices), [list(t) for t in plan], shapes, results), daemon=True)
-            for r in range(world)
-        ]
-        for p in procs:
-            p.start()
-        reports = {}
-        deadline = time.monotonic() + _TIMEOUT_S
-        while len(reports) < world:
-            if time.monotonic() > deadline:
-                break
-            if results.empty():
-                if any(p.exitcode not in (None, 0) for p in procs) and results.empty():
-                    break
-                time.sleep(0.01)
-                continue
-            rank, report = results.get()
-            reports[rank] = report
-            if isinstance(report, str):  # one rank failed: the others may wait on it forever
-                break
-        for p in procs:
-            p.join(timeout=5 if len(reports) == world else 0.5)
-            if p.is_alive():
-                p.kill()
-    errors = [f"rank {r}: {rep}" for r, rep in sorted(reports.items()) if isinstance(rep, str)]
-    if errors or len(reports) < world:
-        missing = sorted(set(range(world)) - set(reports))
-        raise ExecutionError("distributed run failed: " + "; ".join(errors + ([f"ranks {missing} did not report"] if missing else [])))
+    reports = run_ranks(world, _run_rank, (program, list(batches), list(devices), [list(t) for t in plan], shapes), backend=backend, threads=threads)
     records: list[TaskRecord] = []
     values: dict[tuple[int, int, int], torch.Tensor] = {}
     for rep in reports.values():
@@ -139,12 +107,57 @@ def _tag(part: int, index: int, micro_batch: int) -> int:
     return (part * 1024 + index) * 4096 + micro_batch
 
 
-def _rank_main(rank, world, store_path, backend, threads, program: Program, batches, devices, plan, shapes, results) -> None:
+def run_ranks(world: int, rank_fn, args: tuple, *, backend: str = "gloo", threads: int = 1) -> dict[int, Any]:
+    """Run ``rank_fn(rank, *args)`` in ``world`` forked processes joined in one process group.
+
+    Each process sets its intra-op threads, joins the group (a file store in a temporary folder),
+    runs ``rank_fn`` (which calls ``dist.barrier()`` once its set-up is done, so that every rank's
+    timing starts together), waits at a barrier, and sends back what ``rank_fn`` returns. The processes are
+    forked so that they inherit ``args`` (export's graph modules cannot be pickled for spawn).
+
+    Raises
+    ------
+    ExecutionError
+        Naming every rank that failed (with its error) or did not report within the time limit.
+    """
+    ctx = mp.get_context("fork")
+    results = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory(prefix="incsched-dist-") as tmp:
+        store = os.path.join(tmp, "store")
+        procs = [ctx.Process(target=_rank_main, args=(r, world, store, backend, threads, rank_fn, args, results), daemon=True) for r in range(world)]
+        for p in procs:
+            p.start()
+        reports = {}
+        deadline = time.monotonic() + _TIMEOUT_S
+        while len(reports) < world:
+            if time.monotonic() > deadline:
+                break
+            if results.empty():
+                if any(p.exitcode not in (None, 0) for p in procs) and results.empty():
+                    break
+                time.sleep(0.01)
+                continue
+            rank, report = results.get()
+            reports[rank] = report
+            if isinstance(report, str):  # one rank failed: the others may wait on it forever
+                break
+        for p in procs:
+            p.join(timeout=5 if len(reports) == world else 0.5)
+            if p.is_alive():
+                p.kill()
+    errors = [f"rank {r}: {rep}" for r, rep in sorted(reports.items()) if isinstance(rep, str)]
+    if errors or len(reports) < world:
+        missing = sorted(set(range(world)) - set(reports))
+        raise ExecutionError("distributed run failed: " + "; ".join(errors + ([f"ranks {missing} did not report"] if missing else [])))
+    return reports
+
+
+def _rank_main(rank, world, store_path, backend, threads, rank_fn, args, results) -> None:
     try:
         torch.set_num_threads(threads)
         store = dist.FileStore(store_path, world)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world)
-        report = _run_rank(rank, program, batches, torch.device(devices[rank]), plan[rank], shapes)
+        report = rank_fn(rank, *args)
         dist.barrier()
         dist.destroy_process_group()
         results.put((rank, report))
@@ -152,7 +165,8 @@ def _rank_main(rank, world, store_path, backend, threads, program: Program, batc
         results.put((rank, f"{type(err).__name__}: {err}"))
 
 
-def _run_rank(rank: int, program: Program, batches, device: torch.device, tasks, shapes) -> dict[str, Any]:
+def _run_rank(rank: int, program: Program, batches, devices, plan, shapes) -> dict[str, Any]:
+    device, tasks = torch.device(devices[rank]), plan[rank]
     for p, part in enumerate(program.parts):
         if part.worker == rank:
             part.module.to(device)

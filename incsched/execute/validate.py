@@ -26,6 +26,7 @@ from .calibrate import calibrated_devices
 from .distributed import execute_distributed
 from .equivalence import check_execution
 from .partition import ExecutionError, Program, placement_program, stage_program
+from .pipelining import execute_pipelined
 from .runner import Execution, cpu_threads_per_worker, execute, pipeline_plan, placement_plan, prepare
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ __all__ = [
     "rank_placements",
     "device_problem",
     "cpu_time_threads",
+    "RUNTIMES",
 ]
 
 
@@ -208,14 +210,33 @@ def _thread_notes(graph, devices: Sequence[str]) -> list[str]:
             f"CPU predictions are off by that scaling (re-measure with `incsched profile --devices {','.join(devices)}`)"]
 
 
-def _timed_runs(program: Program, batches, devices, plan, repeats: int, processes: bool,
+#: How workers run: threads of this process, processes passing tensors point to point over
+#: ``torch.distributed``, or (stage assignments) ``torch.distributed.pipelining``'s GPipe schedule.
+RUNTIMES = ("threads", "processes", "pipelining")
+
+_RUNTIME_NOTES = {
+    "threads": "one thread per worker",
+    "processes": "one process per worker (torch.distributed, point-to-point sends)",
+    "pipelining": "one process per stage (torch.distributed.pipelining, GPipe; values forwarded stage to stage)",
+}
+
+
+def _timed_runs(program: Program, batches, devices, plan, repeats: int, runtime: str,
                 cuda_timing: str = "sync") -> tuple[Execution, list[Execution]]:
+    if runtime not in RUNTIMES:
+        raise ExecutionError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    if runtime == "pipelining" and program.kind != "stage":
+        raise ExecutionError("the pipelining runtime runs stage assignments only; run a placement with threads or processes")
     threads = cpu_threads_per_worker(devices)
-    if processes:
-        backend = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
+    backend = "nccl" if all(torch.device(d).type == "cuda" for d in devices) else "gloo"
+    if runtime == "processes":
 
         def run():
             return execute_distributed(program, batches, devices, plan, backend=backend, threads=threads or torch.get_num_threads())
+    elif runtime == "pipelining":
+
+        def run():
+            return execute_pipelined(program, batches, devices, backend=backend, threads=threads or torch.get_num_threads())
     else:
 
         def run():
@@ -247,13 +268,16 @@ def validate_stages(
     repeats: int = 3,
     links: Links | None = None,
     seed: int = 0,
-    processes: bool = False,
+    runtime: str = "threads",
     cuda_timing: str = "sync",
 ) -> Validation:
     """Run a stage assignment as a pipeline on ``devices`` (one per stage), check and time it.
 
-    ``processes=True`` runs one process per stage over ``torch.distributed`` (gloo; NCCL when every
-    stage is on a GPU) instead of one thread per stage. ``cuda_timing`` is `execute`'s (threads only).
+    ``runtime`` (`RUNTIMES`): ``"threads"`` (default) runs one thread per stage; ``"processes"`` one
+    process per stage over ``torch.distributed`` (gloo; NCCL when every stage is on a GPU) sending
+    each crossing value once, point to point; ``"pipelining"`` one process per stage under
+    ``torch.distributed.pipelining``'s GPipe schedule, values forwarded stage to stage.
+    ``cuda_timing`` is `execute`'s (threads only).
 
     Raises
     ------
@@ -270,7 +294,7 @@ def validate_stages(
     prepare(program, devices)
     batches = micro_batches(capture.example_inputs, n_micro_batches, seed)
     plan = pipeline_plan(program, n_micro_batches)
-    first, runs = _timed_runs(program, batches, devices, plan, repeats, processes, cuda_timing)
+    first, runs = _timed_runs(program, batches, devices, plan, repeats, runtime, cuda_timing)
     worst = check_execution(capture, program, batches, first, devices, cpu_threads_per_worker(devices))
     return Validation(
         graph=capture.graph.name,
@@ -294,20 +318,21 @@ def validate_placement(
     repeats: int = 3,
     links: Links | None = None,
     seed: int = 0,
-    processes: bool = False,
+    runtime: str = "threads",
     cuda_timing: str = "sync",
 ) -> Validation:
     """Run a placement in its solved per-device order on ``devices``, check and time it.
 
     Predictions come from the simulator on `device_problem` (the same graph times, these devices).
-    ``cuda_timing`` is `execute`'s (threads only).
+    ``runtime`` is ``"threads"`` or ``"processes"`` (see `validate_stages`); ``cuda_timing`` is
+    `execute`'s (threads only).
     """
     if placement.n_devices != len(devices):
         raise ExecutionError(f"the placement uses {placement.n_devices} devices but {len(devices)} were given")
     program, order = placement_program(capture, placement)
     prepare(program, devices)
     batches = micro_batches(capture.example_inputs, 1, seed)
-    first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats, processes, cuda_timing)
+    first, runs = _timed_runs(program, batches, devices, placement_plan(order), repeats, runtime, cuda_timing)
     worst = check_execution(capture, program, batches, first, devices, cpu_threads_per_worker(devices))
     sched = simulate(device_problem(capture.graph, devices, links), placement, "ordered")
     unit = sched.makespan_seconds / sched.makespan if sched.makespan else 0.0  # seconds per tick
@@ -368,11 +393,12 @@ def validate_result(
     n_micro_batches: int = 4,
     repeats: int = 3,
     links: Links | None = None,
-    processes: bool = False,
+    runtime: str = "threads",
 ) -> Validation:
     """Execute a `Result` of ``solve()`` on the captured model it was solved for.
 
-    ``devices`` default to one ``"cpu"`` per stage or device of the result.
+    ``devices`` default to one ``"cpu"`` per stage or device of the result; ``runtime`` is one of
+    `RUNTIMES` (see `validate_stages`).
 
     Raises
     ------
@@ -394,12 +420,12 @@ def validate_result(
         K = int(max(assignment)) + 1
         if len(devices) < K:
             raise ExecutionError(f"the result uses {K} stages but only {len(devices)} devices were given")
-        v = validate_stages(capture, assignment, devices, n_micro_batches=n_micro_batches, repeats=repeats, links=links, processes=processes)
+        v = validate_stages(capture, assignment, devices, n_micro_batches=n_micro_batches, repeats=repeats, links=links, runtime=runtime)
     else:
         placement = Placement(result.device, result.order)
-        v = validate_placement(capture, placement, devices, repeats=repeats, links=links, processes=processes)
+        v = validate_placement(capture, placement, devices, repeats=repeats, links=links, runtime=runtime)
     threads = cpu_threads_per_worker(devices)
-    v.notes.append("one process per worker (torch.distributed)" if processes else "one thread per worker")
+    v.notes.append(_RUNTIME_NOTES[runtime])
     if threads:
         v.notes.append(f"{sum(torch.device(d).type == 'cpu' for d in devices)} workers share the CPU: {threads} intra-op thread(s) each while measured")
     return v
