@@ -193,9 +193,8 @@ def _pipeline_rank(rank: int, stages: list[ChainStage], examples, whole, devices
 
     device = torch.device(devices[rank])
     stage = stages[rank].to(device)
-    ins, outs = examples[rank]
-    on = lambda xs: tuple(x.to(device) for x in xs)  # noqa: E731 - shapes and dtypes are what matter
-    pipe = PipelineStage(stage, rank, len(stages), device, input_args=on(ins), output_args=on(outs))
+    ins, outs = (tuple(x.to(device) for x in xs) for xs in examples[rank])  # their shapes and dtypes are sent
+    pipe = PipelineStage(stage, rank, len(stages), device, input_args=ins, output_args=outs)
     schedule = ScheduleGPipe(pipe, n_microbatches=n_micro)
     dist.barrier()
     with torch.no_grad():
