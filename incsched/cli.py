@@ -169,9 +169,74 @@ def _validate(args) -> int:
 
 
 def _profile(args) -> int:
-    from .execute.calibrate import profile_command
+    """Capture a zoo model, measure it on each device, write the graph (and the links)."""
+    from .capture import capture, zoo
+    from .execute import calibrated_devices, cpu_threads_per_worker, measure_links, profile_node_times, with_measured_times
+    from .formats import save_graph
+    from .jsonio import write_json
 
-    return profile_command(args)
+    devices = _device_list(args.devices)  # fail before the slow capture
+    if not devices:
+        raise IncschedError("--devices names no device")
+    sizes = _byte_sizes(args.link_sizes) if args.links else ()
+    if args.threads is not None and args.threads < 1:
+        raise IncschedError(f"--threads must be >= 1, got {args.threads}")
+    if not args.output.endswith((".json", ".json.gz")):
+        raise IncschedError(f"{args.output}: the graph is written as .json or .json.gz")
+
+    started = time.perf_counter()
+    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
+    captured = capture(model, inputs, method=args.method, coarsen=args.coarsen, name=args.model)
+    graph = captured.graph
+    print(f"captured {args.model}: {graph.n_nodes} nodes, {graph.n_edges} edges in {time.perf_counter() - started:.1f} s")
+
+    measured_kinds: dict[str, str] = {}
+    for dev in devices:
+        kind = dev.split(":")[0]  # normalised by _device_list: "cpu", "cuda:0"
+        if kind in measured_kinds:  # times are stored per kind: one device of each kind is enough
+            continue
+        # CPU times with the threads each CPU worker gets when these devices run together
+        threads = (args.threads or cpu_threads_per_worker(devices)) if kind == "cpu" else None
+        times = profile_node_times(captured, dev, repeats=args.repeats, warmup=args.warmup, threads=threads)
+        graph = with_measured_times(graph, times)
+        measured_kinds[kind] = dev
+        print(
+            f"{dev:<8} wall {1e3 * times.wall_seconds:9.3f} ms  kernels {1e3 * times.kernel_seconds:9.3f} ms "
+            f"({100 * times.kernel_share:.0f}%)  launch {1e6 * times.launch_per_op:6.2f} us/op x {int(times.ops.sum())} ops  "
+            f"{times.regime}, {times.conditions['threads']} thread(s)"
+        )
+    save_graph(graph, args.output)
+    print(f"graph with compute_time for {', '.join(sorted(measured_kinds))} -> {args.output}")
+
+    if args.links:
+        links = measure_links(devices, sizes)
+        for i, j in links.pairs():
+            print(
+                f"{devices[i]} -> {devices[j]}: latency {1e6 * links.latency[i, j]:8.2f} us, "
+                f"bandwidth {links.bandwidth[i, j] / 1e9:7.2f} GB/s  ({links.method(i, j)})"
+            )
+        data = links.to_dict()
+        data["placement_devices"] = [d.to_dict() for d in calibrated_devices(devices)]
+        write_json(args.links, data, indent=2)
+        print(f"links -> {args.links}")
+    return 0
+
+
+def _byte_sizes(text: str) -> list[int]:
+    """``--link-sizes 4K,1M,65536`` as byte counts (K/M/G binary suffixes, an optional i/B)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    out = []
+    for item in text.split(","):
+        item = item.strip().upper().removesuffix("B").removesuffix("I")
+        number, unit = (item[:-1], item[-1]) if item and item[-1] in units else (item, "")
+        try:
+            value = int(float(number) * units[unit])
+        except ValueError:
+            raise IncschedError(f"--link-sizes: {item!r} is not a byte count (e.g. 4K, 1M, 65536)") from None
+        if value <= 0:
+            raise IncschedError(f"--link-sizes: sizes must be positive, got {item!r}")
+        out.append(value)
+    return out
 
 
 def _finetune(args) -> int:

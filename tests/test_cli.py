@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from incsched import CompGraph, load_graph, save_graph
-from incsched.cli import main
+from incsched.cli import _byte_sizes, _parser, main
+from incsched.errors import IncschedError
+from incsched.execute import LinkMeasurement, calibrated_devices, cpu_threads_per_worker
+from incsched.jsonio import read_json
+from incsched.problems.placement import PlacementProblem
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -160,3 +168,68 @@ def test_solve_names_an_unknown_method_or_prescheduler(flag, capsys):
     assert main(["solve", str(REPO / "data/graphs/vgg16.json.gz"), "--stages", "2", flag, "nope"]) == 1
     err = capsys.readouterr().err
     assert "unknown" in err and "'nope'" in err and "contiguous_params" in err
+
+
+# ---------------------------------------------------------------------- incsched profile
+
+
+def _profile_args(*argv: str) -> argparse.Namespace:
+    return _parser().parse_args(["profile", *argv])
+
+
+def test_byte_sizes():
+    assert _byte_sizes("4K,64KiB,1M,2G,512") == [4096, 65536, 1 << 20, 2 << 30, 512]
+    with pytest.raises(IncschedError, match="byte count"):
+        _byte_sizes("lots")
+    with pytest.raises(IncschedError, match="positive"):
+        _byte_sizes("0K")
+
+
+@pytest.mark.slow
+def test_profile_command_writes_a_measured_graph_and_links(tmp_path, capsys):
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("needs torchvision")
+    graph_file, links_file = tmp_path / "resnet18.json.gz", tmp_path / "links.json"
+    args = _profile_args(
+        "--model", "resnet18", "--image-size", "32", "--devices", "cpu,cpu", "--repeats", "2", "--warmup", "1",
+        "-o", str(graph_file), "--links", str(links_file), "--link-sizes", "4K,64K",
+    )
+    assert args.run(args) == 0
+
+    graph = load_graph(graph_file)
+    assert set(graph.compute_time) == {"cpu"}
+    assert np.all(graph.time("cpu") >= 0) and graph.time("cpu").sum() > 0
+    assert graph.meta["calibration"]["cpu"]["device"] == "cpu"
+    # two CPU workers will share the cores: their times are measured with each one's share
+    assert graph.meta["calibration"]["cpu"]["threads"] == cpu_threads_per_worker(["cpu", "cpu"])
+    assert graph.meta["model"] == "resnet18"
+
+    data = read_json(links_file)
+    m = LinkMeasurement.from_dict(data)
+    assert m.devices == ("cpu", "cpu") and m.sizes == (4096, 65536)
+    assert [d["name"] for d in data["placement_devices"]] == ["cpu", "cpu#1"]
+    PlacementProblem(graph, calibrated_devices(m.devices), m.to_links())  # the solver accepts both
+
+    out = capsys.readouterr().out
+    assert "wall" in out and "us/op" in out and "GB/s" in out and "thread(s)" in out and str(graph_file) in out
+
+
+def test_profile_command_rejects_a_bad_thread_count(tmp_path):
+    args = _profile_args("--model", "resnet18", "--threads", "0", "-o", str(tmp_path / "g.json"))
+    with pytest.raises(IncschedError, match="--threads"):
+        args.run(args)
+
+
+def test_profile_command_fails_fast_on_a_bad_output_name(tmp_path):
+    args = _profile_args("--model", "resnet18", "-o", str(tmp_path / "g.gml"))
+    with pytest.raises(IncschedError, match=".json.gz"):
+        args.run(args)
+
+
+def test_profile_command_fails_fast_on_an_unavailable_device(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    args = _profile_args("--model", "resnet18", "--devices", "cpu,cuda:0", "-o", str(tmp_path / "g.json"))
+    with pytest.raises(IncschedError, match="CUDA is not available"):
+        args.run(args)
+    assert not (tmp_path / "g.json").exists()

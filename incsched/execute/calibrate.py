@@ -15,7 +15,6 @@ regime (launch-bound at batch 1 on a GPU, kernel-bound when the device is satura
 
 from __future__ import annotations
 
-import argparse
 import copy
 import logging
 import math
@@ -34,7 +33,7 @@ from ..capture import Capture
 from ..errors import IncschedError
 from ..graph import CompGraph
 from ..problems.placement import Device, Links
-from .runner import cpu_threads_per_worker, intra_op_threads
+from .runner import intra_op_threads
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,6 @@ __all__ = [
     "with_measured_times",
     "measure_links",
     "calibrated_devices",
-    "profile_command",
     "DEFAULT_LINK_SIZES",
     "KERNEL_BOUND_SHARE",
     "LAUNCH_BOUND_SHARE",
@@ -180,7 +178,7 @@ def profile_node_times(
     threads : int, optional
         Intra-op threads to measure with (default: the current ``torch.get_num_threads()``). A CPU
         node's time depends on it: measure with the threads each CPU worker will get
-        (`cpu_threads_per_worker` of the devices it will run on), or predictions of a run with
+        (`incsched.execute.cpu_threads_per_worker` of the devices it will run on), or predictions of a run with
         several CPU workers come out about half the measured time on 2 cores.
 
     Returns
@@ -721,76 +719,3 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     a.setflags(write=False)
     return a
-
-
-# ---------------------------------------------------------------------- command line
-
-
-def profile_command(args: argparse.Namespace) -> int:
-    """``incsched profile``: capture a zoo model, measure it on each device, write graph and links."""
-    from ..capture import capture, zoo
-    from ..formats import save_graph
-    from ..jsonio import write_json
-
-    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-    if not devices:
-        raise CalibrationError("--devices names no device")
-    for dev in devices:
-        _available_device(dev)  # fail before the slow capture
-    sizes = _parse_sizes(args.link_sizes) if args.links else ()
-    if args.threads is not None and args.threads < 1:
-        raise CalibrationError(f"--threads must be >= 1, got {args.threads}")
-    if not args.output.endswith((".json", ".json.gz")):
-        raise CalibrationError(f"{args.output}: the graph is written as .json or .json.gz")
-
-    started = time.perf_counter()
-    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
-    captured = capture(model, inputs, method=args.method, coarsen=args.coarsen, name=args.model)
-    graph = captured.graph
-    print(f"captured {args.model}: {graph.n_nodes} nodes, {graph.n_edges} edges in {time.perf_counter() - started:.1f} s")
-
-    measured_kinds: dict[str, str] = {}
-    for dev in devices:
-        kind = torch.device(dev).type
-        if kind in measured_kinds:  # times are stored per kind: one device of each kind is enough
-            continue
-        threads = (args.threads or cpu_threads_per_worker(devices)) if kind == "cpu" else None
-        times = profile_node_times(captured, dev, repeats=args.repeats, warmup=args.warmup, threads=threads)
-        graph = with_measured_times(graph, times)
-        measured_kinds[kind] = dev
-        print(
-            f"{dev:<8} wall {1e3 * times.wall_seconds:9.3f} ms  kernels {1e3 * times.kernel_seconds:9.3f} ms "
-            f"({100 * times.kernel_share:.0f}%)  launch {1e6 * times.launch_per_op:6.2f} us/op x {int(times.ops.sum())} ops  "
-            f"{times.regime}, {times.conditions['threads']} thread(s)"
-        )
-    save_graph(graph, args.output)
-    print(f"graph with compute_time for {', '.join(sorted(measured_kinds))} -> {args.output}")
-
-    if args.links:
-        links = measure_links(devices, sizes)
-        for i, j in links.pairs():
-            print(
-                f"{devices[i]} -> {devices[j]}: latency {1e6 * links.latency[i, j]:8.2f} us, "
-                f"bandwidth {links.bandwidth[i, j] / 1e9:7.2f} GB/s  ({links.method(i, j)})"
-            )
-        data = links.to_dict()
-        data["placement_devices"] = [d.to_dict() for d in calibrated_devices(devices)]
-        write_json(args.links, data, indent=2)
-        print(f"links -> {args.links}")
-    return 0
-
-
-def _parse_sizes(text: str) -> list[int]:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    out = []
-    for item in text.split(","):
-        item = item.strip().upper().removesuffix("B").removesuffix("I")
-        number, unit = (item[:-1], item[-1]) if item and item[-1] in units else (item, "")
-        try:
-            value = int(float(number) * units[unit])
-        except ValueError:
-            raise CalibrationError(f"--link-sizes: {item!r} is not a byte count (e.g. 4K, 1M, 65536)") from None
-        if value <= 0:
-            raise CalibrationError(f"--link-sizes: sizes must be positive, got {item!r}")
-        out.append(value)
-    return out
