@@ -201,7 +201,8 @@ def speed(policy, checkpoint: str, sizes=(1000, 10000), repeats: int = 3) -> Non
                 print(f"| {g.name} | {g.n_nodes} | {g.n_edges} | {k} | {g_cpu:.3f} | {g_wall:.3f} | "
                       f"{default_samples(g.n_nodes)} | {rl_cpu:.3f} | {rl_wall:.3f} | {dp_cpu:.3f} |")
     load, first = cold_start_seconds(checkpoint)
-    print(f"\nfresh process: imports (torch, torch_geometric ...) and the checkpoint {load:.2f} s wall, then the first rl "
+    print(f"\nfresh process: imports (torch ...; not torch_geometric, which only training imports) and the "
+          f"checkpoint {load:.2f} s wall, then the first rl "
           f"call (1,000 nodes, K=8; numba and the compiled decoder's cache load included) {first:.2f} s")
 
 

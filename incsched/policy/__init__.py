@@ -2,7 +2,9 @@
 
 `features` turns a `CompGraph` into tensors, `encoder.GraphEncoder` embeds its nodes, the stage
 policy (`stage_policy`) decodes stages from the embeddings, and `checkpoint` stores trained weights
-with their config and metrics. Importing this package imports torch and torch_geometric.
+with their config and metrics. Importing this package imports torch but not torch_geometric: only an
+encoder built with ``conv="torch_geometric"`` (what `incsched.train` learns with) imports it, while
+loaded checkpoints run on the plain-torch twin `gine.PlainGINEConv`.
 """
 
 from .encoder import GraphEncoder

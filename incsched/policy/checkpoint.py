@@ -156,13 +156,16 @@ def save_stage_policy(path: str | os.PathLike, policy, *, train_config: dict | N
     return save_checkpoint(path, policy, kind="stage", model_config=policy.config, train_config=train_config, metrics=metrics)
 
 
-def load_stage_policy(path: str | os.PathLike | None = None):
+def load_stage_policy(path: str | os.PathLike | None = None, *, conv: str = "plain"):
     """Load a `StagePolicy` in eval mode, with its metadata.
 
     Parameters
     ----------
     path : path-like, optional
         Default `default_stage_checkpoint`.
+    conv : {"plain", "torch_geometric"}
+        The encoder's ``GINEConv`` implementation (`GraphEncoder`); the default runs without
+        importing torch_geometric.
 
     Returns
     -------
@@ -178,7 +181,7 @@ def load_stage_policy(path: str | os.PathLike | None = None):
     path = Path(path) if path is not None else default_stage_checkpoint()
     state, meta = load_checkpoint(path, kind="stage")
     try:
-        policy = StagePolicy(**meta["model_config"])
+        policy = StagePolicy(**meta["model_config"], conv=conv)
         policy.load_state_dict(state, strict=True)
     except (TypeError, RuntimeError, KeyError) as exc:
         raise CheckpointError(f"{path}: the weights do not fit the recorded stage-policy architecture: {exc}") from None

@@ -2,20 +2,41 @@
 
 Both the stage policy and the placement policy run one `GraphEncoder` over the tensors of
 `incsched.policy.features` and decode its embeddings. Messages flow in both directions of the DAG
-(producers inform consumers and back), each direction a `torch_geometric` ``GINEConv`` that reads
-the edge features; mean aggregation keeps magnitudes independent of degree and graph size. Only
-pure-Python torch_geometric is used (no torch_scatter / torch_sparse / pyg-lib).
+(producers inform consumers and back), each direction a ``GINEConv`` that reads the edge features;
+mean aggregation keeps magnitudes independent of degree and graph size.
+
+Which ``GINEConv`` is built is the constructor's ``conv`` argument: ``"torch_geometric"`` (its
+``torch_geometric.nn.GINEConv``, the layer training learns with; pure-Python torch_geometric, no
+torch_scatter / torch_sparse / pyg-lib) or ``"plain"`` (`gine.PlainGINEConv`, the same state dict
+and bitwise the same outputs without importing torch_geometric, which takes seconds: what loading a
+checkpoint for inference builds).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch_geometric.nn import GINEConv
 
 from .features import N_EDGE_FEATURES, N_NODE_FEATURES
+from .gine import PlainGINEConv
 
-__all__ = ["GraphEncoder", "BidirectionalConv"]
+__all__ = ["CONV_LAYERS", "BidirectionalConv", "GraphEncoder"]
+
+#: The values of ``conv``: who implements each direction's ``GINEConv``.
+CONV_LAYERS = ("plain", "torch_geometric")
+
+
+def gine_conv(hidden: int, edge_dim: int, conv: str) -> nn.Module:
+    """One direction's ``GINEConv(mlp, train_eps=False, edge_dim=edge_dim, aggr="mean")``, built by ``conv``."""
+    if conv not in CONV_LAYERS:
+        raise ValueError(f"conv must be one of {CONV_LAYERS}, not {conv!r}")
+    mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+    if conv == "plain":
+        return PlainGINEConv(mlp, edge_dim=edge_dim)
+    # Seconds to import, so only here: only training asks for this layer.
+    from torch_geometric.nn import GINEConv
+
+    return GINEConv(mlp, train_eps=False, edge_dim=edge_dim, aggr="mean")
 
 
 class BidirectionalConv(nn.Module):
@@ -31,17 +52,14 @@ class BidirectionalConv(nn.Module):
         Width of the node embeddings.
     edge_dim : int
         Number of edge features.
+    conv : {"plain", "torch_geometric"}
+        Who implements the two ``GINEConv`` (see the module docstring).
     """
 
-    def __init__(self, hidden: int, edge_dim: int):
+    def __init__(self, hidden: int, edge_dim: int, conv: str = "plain"):
         super().__init__()
-
-        def conv() -> GINEConv:
-            mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
-            return GINEConv(mlp, train_eps=False, edge_dim=edge_dim, aggr="mean")
-
-        self.conv_fwd = conv()
-        self.conv_bwd = conv()
+        self.conv_fwd = gine_conv(hidden, edge_dim, conv)
+        self.conv_bwd = gine_conv(hidden, edge_dim, conv)
         self.root = nn.Linear(hidden, hidden)
         self.norm = nn.LayerNorm(hidden)
 
@@ -64,6 +82,10 @@ class GraphEncoder(nn.Module):
     n_layers : int
         Rounds of bidirectional message passing (the receptive field in hops); global context
         comes from the level / path features rather than from depth of the network.
+    conv : {"plain", "torch_geometric"}
+        Who implements the ``GINEConv`` layers: ``"torch_geometric"`` to train, ``"plain"`` (the
+        default) to run a trained state dict without importing torch_geometric. Both take the same
+        state dict and give bitwise the same embeddings.
 
     Examples
     --------
@@ -75,11 +97,12 @@ class GraphEncoder(nn.Module):
     (3, 16)
     """
 
-    def __init__(self, in_dim: int = N_NODE_FEATURES, edge_dim: int = N_EDGE_FEATURES, hidden: int = 32, n_layers: int = 3):
+    def __init__(self, in_dim: int = N_NODE_FEATURES, edge_dim: int = N_EDGE_FEATURES, hidden: int = 32, n_layers: int = 3,
+                 *, conv: str = "plain"):
         super().__init__()
-        self.in_dim, self.edge_dim, self.hidden, self.n_layers = in_dim, edge_dim, hidden, n_layers
+        self.in_dim, self.edge_dim, self.hidden, self.n_layers, self.conv = in_dim, edge_dim, hidden, n_layers, conv
         self.embed = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
-        self.layers = nn.ModuleList(BidirectionalConv(hidden, edge_dim) for _ in range(n_layers))
+        self.layers = nn.ModuleList(BidirectionalConv(hidden, edge_dim, conv) for _ in range(n_layers))
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
         """Embeddings ``[n, hidden]`` for features ``x [n, in_dim]``, ``edge_index [2, m]``, ``edge_attr [m, edge_dim]``."""

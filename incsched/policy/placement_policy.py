@@ -152,19 +152,35 @@ class PlacementPolicy(nn.Module):
     Parameters
     ----------
     config : PolicyConfig
+    conv : {"plain", "torch_geometric"}
+        The encoder's ``GINEConv`` implementation (`GraphEncoder`): training builds
+        ``"torch_geometric"``, loading for inference ``"plain"``. Not part of `config`: both take
+        the same weights.
     """
 
-    def __init__(self, config: PolicyConfig = PolicyConfig()):
+    def __init__(self, config: PolicyConfig = PolicyConfig(), *, conv: str = "plain"):
         super().__init__()
         self.config = config
         H, K = config.hidden, config.head_hidden
-        self.encoder = GraphEncoder(in_dim=N_PLACEMENT_FEATURES, edge_dim=N_EDGE_FEATURES, hidden=H, n_layers=config.n_layers)
+        self.encoder = GraphEncoder(in_dim=N_PLACEMENT_FEATURES, edge_dim=N_EDGE_FEATURES, hidden=H, n_layers=config.n_layers,
+                                    conv=conv)
         self.sel_node = nn.Linear(H, K)
         self.sel_dyn = nn.Linear(len(SEL_FEATURES), K, bias=False)
         self.sel_out = nn.Linear(K, 1)
         self.plc_node = nn.Linear(H, K)
         self.plc_dyn = nn.Linear(len(PLC_FEATURES), K, bias=False)
         self.plc_out = nn.Linear(K, 1)
+
+    def with_conv(self, conv: str) -> PlacementPolicy:
+        """A copy of this policy (weights and train / eval mode) whose encoder is built with ``conv``.
+
+        Training uses it to learn with torch_geometric's layer from a checkpoint loaded for
+        inference. Building the copy leaves the global torch random stream as it was.
+        """
+        with torch.random.fork_rng(devices=[]):
+            twin = PlacementPolicy(self.config, conv=conv)
+        twin.load_state_dict(self.state_dict())
+        return twin.train(self.training)
 
     def node_parts(self, x, edge_index, edge_attr) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-node first-layer activations of SEL and PLC, ``[n, K]`` each."""
@@ -676,8 +692,11 @@ def save_placement_policy(model: PlacementPolicy, path, *, train_config: dict | 
     )
 
 
-def load_placement_policy(path=None) -> PlacementPolicy:
+def load_placement_policy(path=None, *, conv: str = "plain") -> PlacementPolicy:
     """Read a checkpoint written by `save_placement_policy` (default: the shipped one).
+
+    ``conv`` picks the encoder's ``GINEConv`` implementation (`GraphEncoder`); the default
+    ``"plain"`` runs without importing torch_geometric.
 
     Raises
     ------
@@ -695,7 +714,7 @@ def load_placement_policy(path=None) -> PlacementPolicy:
         raise FormatError(f"{path}: not a placement policy checkpoint (expected format {CHECKPOINT_FORMAT!r})")
     if blob.get("version") != CHECKPOINT_VERSION:
         raise FormatError(f"{path}: placement policy checkpoint version {blob.get('version')!r} is not supported")
-    model = PlacementPolicy(PolicyConfig(**blob["policy_config"]))
+    model = PlacementPolicy(PolicyConfig(**blob["policy_config"]), conv=conv)
     try:
         model.load_state_dict(blob["state_dict"])
     except RuntimeError as exc:

@@ -258,12 +258,16 @@ class StagePolicy(nn.Module):
         Encoder message-passing rounds.
     decoder_hidden : int
         Width of the per-(node, stage) head.
+    conv : {"plain", "torch_geometric"}
+        The encoder's ``GINEConv`` implementation (`GraphEncoder`): training builds
+        ``"torch_geometric"``, loading for inference ``"plain"``. Not part of `config`: both take
+        the same weights.
     """
 
-    def __init__(self, hidden: int = 32, n_layers: int = 3, decoder_hidden: int = 32):
+    def __init__(self, hidden: int = 32, n_layers: int = 3, decoder_hidden: int = 32, *, conv: str = "plain"):
         super().__init__()
         self.config = {"hidden": hidden, "n_layers": n_layers, "decoder_hidden": decoder_hidden}
-        self.encoder = GraphEncoder(hidden=hidden, n_layers=n_layers)
+        self.encoder = GraphEncoder(hidden=hidden, n_layers=n_layers, conv=conv)
         self.node_proj = nn.Linear(hidden, decoder_hidden)
         self.state_proj = nn.Linear(N_STATE, decoder_hidden, bias=False)
         self.out = nn.Linear(decoder_hidden, 1)

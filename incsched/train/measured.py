@@ -97,7 +97,9 @@ def finetune_on_measured(
     Parameters
     ----------
     model : PlacementPolicy
-        Starting weights (e.g. the shipped checkpoint); updated in place.
+        Starting weights (e.g. the shipped checkpoint); updated in place. They are trained in a
+        copy built with torch_geometric's ``GINEConv`` (`PlacementPolicy.with_conv`), whose best
+        weights are then loaded into ``model``.
     capture : incsched.capture.Capture
         A captured model with measured node times (they set the problem the policy decodes).
     devices : sequence of str
@@ -121,23 +123,25 @@ def finetune_on_measured(
     rng = np.random.default_rng(config.seed)
     step_config = PlacementTrainConfig(rl_samples=config.rl_samples, rl_temperature=config.rl_temperature,
                                        entropy_weight=config.entropy_weight, grad_clip=config.grad_clip)
-    opt = torch.optim.Adam(model.parameters(), lr=config.rl_lr)
+    # Training learns with torch_geometric's GINEConv; a policy loaded for inference has the plain twin.
+    learner = model if model.encoder.conv == "torch_geometric" else model.with_conv("torch_geometric")
+    opt = torch.optim.Adam(learner.parameters(), lr=config.rl_lr)
 
     def greedy_row(epoch: int, t0: float, **extra) -> dict[str, Any]:
-        placement = model.preschedule(problem)
+        placement = learner.preschedule(problem)
         return {"epoch": epoch, "greedy_measured_s": cost(problem, placement),
                 "greedy_predicted_s": float(simulate(problem, placement, "ordered").makespan_seconds),
                 **extra, "placements_measured": len(cost.measured), "seconds": time.perf_counter() - t0}
 
     metrics = [greedy_row(-1, time.perf_counter())]
-    best, best_state = metrics[0]["greedy_measured_s"], {k: v.detach().clone() for k, v in model.state_dict().items()}
+    best, best_state = metrics[0]["greedy_measured_s"], {k: v.detach().clone() for k, v in learner.state_dict().items()}
     for epoch in range(config.epochs):
         t0 = time.perf_counter()
-        step = reinforce_step(model, opt, problem, cost, rng, step_config)
+        step = reinforce_step(learner, opt, problem, cost, rng, step_config)
         metrics.append(greedy_row(epoch, t0, best_sample_gain=step["best_sample_gain"], loss=step["loss"]))
         log.info("fine-tune epoch %d: %s", epoch, metrics[-1])
         if metrics[-1]["greedy_measured_s"] < best:
             best = metrics[-1]["greedy_measured_s"]
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best_state = {k: v.detach().clone() for k, v in learner.state_dict().items()}
     model.load_state_dict(best_state)
     return model, metrics

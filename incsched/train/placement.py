@@ -278,7 +278,9 @@ def train_placement_policy(
         ``(problem, placement) -> cost`` (lower is better) replacing the simulated makespan in
         stage 2: stage 3's hook for measured runtimes.
     model : PlacementPolicy, optional
-        Start from these weights (e.g. a shipped checkpoint) instead of a fresh policy.
+        Start from these weights (e.g. a shipped checkpoint) instead of a fresh policy. They are
+        trained in a copy built with torch_geometric's ``GINEConv`` (`PlacementPolicy.with_conv`);
+        ``model`` itself is left as it was.
 
     Returns
     -------
@@ -289,8 +291,11 @@ def train_placement_policy(
     t_run = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
+    # Training learns with torch_geometric's GINEConv; a policy loaded for inference has the plain twin.
     if model is None:
-        model = PlacementPolicy(config.policy)
+        model = PlacementPolicy(config.policy, conv="torch_geometric")
+    elif model.encoder.conv != "torch_geometric":
+        model = model.with_conv("torch_geometric")
     metrics: list[dict] = []
     validation = training_problems(np.random.default_rng([config.seed, 1]), config.validation_graphs, config.rl_ops, config)
 

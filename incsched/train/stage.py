@@ -337,7 +337,7 @@ def train_stage_policy(
     examples = _examples(problems, labels)
     n_val = min(config.n_validation, max(len(examples) - 1, 0))
     val, train = examples[:n_val], examples[n_val:]
-    policy = StagePolicy(config.hidden, config.n_layers, config.decoder_hidden)
+    policy = StagePolicy(config.hidden, config.n_layers, config.decoder_hidden, conv="torch_geometric")  # the learning layer
     metrics: dict[str, Any] = {
         "epochs": [],
         "labels": {
