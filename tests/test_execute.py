@@ -233,6 +233,22 @@ def test_pipeline_prediction_formula(block):
     assert p["throughput"] == pytest.approx(5 / p["makespan_s"])
 
 
+def test_forwarded_values_pay_every_hop_between_devices():
+    """a (stage 0) and b (stage 1) feed c (stage 2). Sent directly, a's output enters stage 2 only;
+    forwarded (the pipelining runtime's chain), it also enters stage 1 on its way."""
+    from incsched.graph import CompGraph
+
+    g = CompGraph(["a", "b", "c"], ["a", "b"], ["c", "c"], out_bytes=[100, 10, 0], compute_time={"cpu": [0.0, 0.0, 0.0]})
+    links = Links(latency=1.0, bandwidth=10.0)  # a transfer takes 1 s + bytes / 10
+    devices = ["cpu", "cpu:1", "cpu:2"]  # three devices, so every hop is a transfer
+    direct = predict_pipeline(g, [0, 1, 2], devices, 1, links)
+    forwarded = predict_pipeline(g, [0, 1, 2], devices, 1, links, forwarded=True)
+    assert direct["busy_s"] == pytest.approx([0.0, 0.0, 11.0 + 2.0])
+    assert forwarded["busy_s"] == pytest.approx([0.0, 11.0, 11.0 + 2.0])
+    same_device = predict_pipeline(g, [0, 1, 2], ["cpu"] * 3, 1, links, forwarded=True)
+    assert same_device["busy_s"] == pytest.approx([0.0, 0.0, 0.0])  # no transfers between stages sharing a device
+
+
 def test_validate_stages_reports_both_sides(block):
     v = validate_stages(block, _stages(block, 2), ["cpu", "cpu"], n_micro_batches=2, repeats=1)
     assert v.max_abs_diff <= 1e-5 and v.parts == 2

@@ -148,13 +148,18 @@ def device_problem(graph, devices: Sequence[str], links: Links | None = None) ->
     return PlacementProblem(graph, calibrated_devices(devices), links or Links())
 
 
-def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_micro_batches: int, links: Links | None = None) -> dict[str, Any]:
+def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_micro_batches: int, links: Links | None = None,
+                     *, forwarded: bool = False) -> dict[str, Any]:
     """Cost-model figures of a forward GPipe pipeline.
 
     ``T_k`` = the stage's node times on its device kind plus the transfers into it from stages on
     other devices; latency ``sum T_k``; makespan ``sum T_k + (M - 1) max T_k``, or more when
     stages share a GPU: streams of one GPU do not run side by side, so a GPU holding several
     stages needs ``M * sum of their T_k``. (Stages sharing the CPU get their own cores.)
+
+    A value goes straight from its producer's stage to each reader's, or with ``forwarded`` (the
+    ``"pipelining"`` runtime, a chain of stages) through every stage in between, each hop a
+    transfer into the next stage when the two sit on different devices.
     """
     stages = np.asarray(stages, dtype=np.int64)
     K = len(devices)
@@ -163,12 +168,14 @@ def predict_pipeline(graph, stages: Sequence[int], devices: Sequence[str], n_mic
     for k in range(K):
         kind = torch.device(devices[k]).type
         T[k] = float(graph.time(kind)[stages == k].sum())
-    sent = set()
+    sent = set()  # (value, stage it enters): each value enters a stage once
     for u, v in zip(graph.src.tolist(), graph.dst.tolist()):
         a, b = int(stages[u]), int(stages[v])
-        if a != b and devices[a] != devices[b] and (u, b) not in sent:
-            sent.add((u, b))
-            T[b] += lat[a, b] + float(graph.out_bytes[u]) / bw[a, b]
+        hops = zip(range(a, b), range(a + 1, b + 1)) if forwarded else [(a, b)] if a != b else []
+        for x, y in hops:
+            if devices[x] != devices[y] and (u, y) not in sent:
+                sent.add((u, y))
+                T[y] += lat[x, y] + float(graph.out_bytes[u]) / bw[x, y]
     makespan = float(T.sum() + (n_micro_batches - 1) * T.max())
     for d in {d for d in devices if torch.device(d).type == "cuda"}:
         shared = [k for k in range(K) if devices[k] == d]
@@ -303,7 +310,7 @@ def validate_stages(
         micro_batches=n_micro_batches,
         repeats=repeats,
         max_abs_diff=worst,
-        predicted=predict_pipeline(capture.graph, stages, devices, n_micro_batches, links),
+        predicted=predict_pipeline(capture.graph, stages, devices, n_micro_batches, links, forwarded=runtime == "pipelining"),
         measured=_measured(runs, pipeline=True),
         parts=len(program.parts),
         notes=_thread_notes(capture.graph, devices),
