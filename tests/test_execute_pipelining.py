@@ -100,6 +100,29 @@ def test_an_empty_stage_only_forwards(skip):
     assert {r.worker for r in run.records} == {0, 2}
 
 
+class Transposed(torch.nn.Module):
+    """Stage 0 ends in a transpose: a non-contiguous tensor crosses to stage 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 6)
+
+    def forward(self, x):
+        return (self.a(x).t() * 2).sum(dim=0)
+
+
+def test_a_non_contiguous_value_crosses_stages():
+    torch.manual_seed(0)
+    cap = capture(Transposed().eval(), (torch.randn(4, 8),), method="fx", coarsen="none", name="transposed")
+    order = np.argsort(cap.graph.topological_order())
+    first_mul = next(i for i, n in enumerate(cap.graph.names) if n.startswith("mul"))
+    stages = (order >= order[first_mul]).astype(np.int64)  # the transpose's output goes to stage 1
+    program = stage_program(cap, stages, 2)
+    batches = micro_batches(cap.example_inputs, 2)
+    run = execute_pipelined(program, batches, ["cpu", "cpu"])
+    assert check_execution(cap, program, batches, run, ["cpu", "cpu"]) <= 1e-5
+
+
 def test_validation_with_the_pipelining_runtime(skip):
     v = validate_stages(skip, _stages_by_layer(skip), ["cpu"] * 3, n_micro_batches=2, repeats=1, runtime="pipelining")
     assert v.max_abs_diff == 0.0 and v.measured["makespan_s"] > 0 and v.measured["throughput"] > 0

@@ -64,7 +64,7 @@ class ChainStage(nn.Module):
         if self.part is not None:
             for i, value in enumerate(self.part(*(env[r] for r in self.part_inputs))):
                 env[Ref(self.part_index, i)] = value
-        out = tuple(env[r] for r in self.carry_out)
+        out = tuple(env[r].contiguous() for r in self.carry_out)  # gloo and NCCL send contiguous tensors only
         if out and out[0].device.type == "cuda":
             torch.cuda.synchronize(out[0].device)
         self.calls.append((start, time.perf_counter()))
