@@ -12,8 +12,6 @@ import pytest
 import torch
 
 from incsched.baselines.stage import contiguous_compute
-from incsched.capture import capture
-from incsched.capture.zoo import build
 from incsched.execute import (
     ExecutionError,
     OutputMismatch,
@@ -41,38 +39,6 @@ from incsched.execute import (
 from incsched.problems import StageProblem
 from incsched.problems.placement import Links, Placement
 from incsched.solve import solve
-
-
-class Block(torch.nn.Module):
-    """A pre-norm transformer block written out op by op, so that it splits into many nodes."""
-
-    def __init__(self, d: int = 32, heads: int = 4):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
-        self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        h = self.ln1(x)
-        q, k, v = (f(h).view(b, t, self.heads, d // self.heads).transpose(1, 2) for f in (self.q, self.k, self.v))
-        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // self.heads), dim=-1)
-        x = x + self.o((att @ v).transpose(1, 2).reshape(b, t, d))
-        return x + self.down(torch.nn.functional.gelu(self.up(self.ln2(x))))
-
-
-@pytest.fixture(scope="module")
-def resnet18():
-    torch.manual_seed(0)
-    model, inputs = build("resnet18", batch_size=1, image_size=64)
-    return capture(model, inputs, name="resnet18")
-
-
-@pytest.fixture(scope="module")
-def block():
-    torch.manual_seed(0)
-    return capture(Block().eval(), (torch.randn(2, 8, 32),), name="block", coarsen="none")
 
 
 def _stages(cap, K):

@@ -9,7 +9,6 @@ import torch
 
 from incsched.baselines.stage import contiguous_compute
 from incsched.capture import capture
-from incsched.capture.zoo import build
 from incsched.execute import (
     ExecutionError,
     Ref,
@@ -46,13 +45,6 @@ def skip():
     return capture(Skip().eval(), (torch.randn(3, 8),), method="fx", coarsen="none", name="skip")
 
 
-@pytest.fixture(scope="module")
-def resnet18():
-    torch.manual_seed(0)
-    model, inputs = build("resnet18", batch_size=1, image_size=64)
-    return capture(model, inputs, name="resnet18")
-
-
 def _stages_by_layer(cap):
     """Stage 0 up to linear a, stage 1 linear b, stage 2 the rest (so a's output skips stage 1)."""
     names = cap.graph.names
@@ -74,13 +66,14 @@ def test_a_skip_value_is_forwarded_through_the_stage_between(skip):
     assert check_execution(skip, program, micro_batches(skip.example_inputs, 3, seed=1), run, ["cpu"] * 3) == 0.0
 
 
-@pytest.mark.parametrize("K", [2, 3])
-def test_gpipe_over_processes_matches_the_unsplit_model(resnet18, K):
-    program = stage_program(resnet18, contiguous_compute(StageProblem(resnet18.graph, K)), K)
-    devices, batches = ["cpu"] * K, micro_batches(resnet18.example_inputs, 3, seed=2)
+@pytest.mark.parametrize("which, K", [("resnet18", 2), ("resnet18", 3), ("block", 3)])
+def test_gpipe_over_processes_matches_the_unsplit_model(which, K, request):
+    cap = request.getfixturevalue(which)  # conftest.py: a small resnet18 and a transformer block
+    program = stage_program(cap, contiguous_compute(StageProblem(cap.graph, K)), K)
+    devices, batches = ["cpu"] * K, micro_batches(cap.example_inputs, 3, seed=2)
     prepare(program, devices)
     run = execute_pipelined(program, batches, devices)
-    assert check_execution(resnet18, program, batches, run, devices) <= 1e-5
+    assert check_execution(cap, program, batches, run, devices) <= 1e-5
     assert sorted((r.worker, r.micro_batch) for r in run.records) == [(k, m) for k in range(K) for m in range(3)]
     done = {(r.worker, r.micro_batch): r for r in run.records}
     for r in run.records:  # one clock across processes: stage k takes micro-batch m after stage k-1 gave it

@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_execute import Block
 
-from incsched.capture import capture
 from incsched.evaluate.simulate import simulate
 from incsched.execute import device_problem
 from incsched.policy.placement_policy import PlacementPolicy, PolicyConfig
@@ -16,12 +14,6 @@ from incsched.train.placement import PlacementTrainConfig, reinforce_step
 
 torch.set_num_threads(1)
 DEVICES = ["cpu", "cpu"]
-
-
-@pytest.fixture(scope="module")
-def block():
-    torch.manual_seed(0)
-    return capture(Block().eval(), (torch.randn(2, 8, 32),), name="block", coarsen="none")
 
 
 def _policy(seed: int = 0) -> PlacementPolicy:
