@@ -118,7 +118,8 @@ def execute_pipelined(
     """Run a stage program as a ``torch.distributed.pipelining`` GPipe schedule over ``batches``.
 
     One process per stage (forked), ``PipelineStage`` and ``ScheduleGPipe`` from torch, forward
-    only (``schedule.eval``). The micro-batches are concatenated along dimension 0 and the schedule
+    only (``schedule.eval``); each process runs one untimed step first, since the schedule sets up
+    its buffers on the first step, then the timed one. The micro-batches are concatenated along dimension 0 and the schedule
     splits them back, so every program input must be a tensor with a leading batch dimension of the
     same size in every micro-batch.
 
@@ -196,12 +197,15 @@ def _pipeline_rank(rank: int, stages: list[ChainStage], examples, whole, devices
     ins, outs = (tuple(x.to(device) for x in xs) for xs in examples[rank])  # their shapes and dtypes are sent
     pipe = PipelineStage(stage, rank, len(stages), device, input_args=ins, output_args=outs)
     schedule = ScheduleGPipe(pipe, n_microbatches=n_micro)
-    dist.barrier()
+    inputs = tuple(x.to(device) for x in whole) if rank == 0 else ()
     with torch.no_grad():
-        if rank == 0:
-            schedule.eval(*(x.to(device) for x in whole))
-        else:
-            schedule.eval()
+        # An untimed first step: the schedule sets up its buffers and exchanges shapes lazily, on
+        # the first step of every (freshly forked) process; that set-up is not the pipeline's time.
+        schedule.eval(*inputs)
+        stage.calls.clear()
+        stage.kept.clear()
+        dist.barrier()
+        schedule.eval(*inputs)
     if stage.part_index is None:  # an empty stage only forwarded: no part ran
         records = []
     else:
