@@ -157,6 +157,9 @@ def markdown(report: dict) -> str:
     out = [f"# GPU validation ({report['machine']['device_name']}, torch {report['machine']['torch']})", ""]
     out += [f"Command: `{report['command']}`", ""]
     for entry in report["models"]:
+        if "nodes" not in entry:  # skipped for time, or failed before its first row
+            out += [f"## {entry['graph']}: {entry.get('skipped') or 'error: ' + entry['error']}", ""]
+            continue
         out.append(f"## {entry['graph']} ({entry['nodes']} nodes)")
         for dev, s in entry["regimes"].items():
             out.append(f"- {dev}: forward {s['wall_s'] * 1e3:.2f} ms, kernels {s['kernel_sum_s'] * 1e3:.2f} ms, launch {s['launch_per_op_s'] * 1e6:.1f} us/op, {s['regime']}, {s.get('threads', '?')} thread(s)")
@@ -179,7 +182,8 @@ def markdown(report: dict) -> str:
                 continue
             out.append(f"| {r['method']} | {r['status']} | {r['on_gpu']:.0%} | {r['predicted_s'] * 1e3:.2f} | {r['measured_s'] * 1e3:.2f} | "
                        f"{r['speedup_of_inc_ilp']:.2f}x | {_ms(r.get('measured_events_s'))} |")
-        out += ["", f"Spearman rank correlation, predicted vs measured placement makespan: {entry['spearman']:.2f}", ""]
+        rho = entry["spearman"]
+        out += ["", f"Spearman rank correlation, predicted vs measured placement makespan: {'n/a' if rho is None or math.isnan(rho) else f'{rho:.2f}'}", ""]
     return "\n".join(out)
 
 
@@ -197,7 +201,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed executions per answer (median)")
     p.add_argument("--repeats-profile", type=int, default=5)
     p.add_argument("--random-placements", type=int, default=2, help="random placements added to the rank correlation")
-    p.add_argument("--out", default="gpu_validate", help="folder for report.json and report.md")
+    p.add_argument("--out", default="gpu_validate", help="folder for report.json and report.md (rewritten after every model)")
+    p.add_argument("--budget-s", type=float, default=420.0, help="start no further model after this many seconds (default 420)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -222,29 +227,60 @@ def main(argv=None) -> int:
         },
         "links": link.to_dict(),
         "models": [],
+        "seconds": 0.0,
     }
-    for name in args.models:
-        for batch in args.batch_sizes:
-            t = time.perf_counter()
-            cap, regimes = calibrated_capture(name, batch, devices, args)
-            entry = {"graph": cap.graph.name, "nodes": cap.graph.n_nodes, "regimes": regimes}
-            lat, bw = links.matrices(2)
-            entry["link"] = f"{devices[0]} -> {devices[1]}: {lat[0, 1] * 1e6:.1f} us + {bw[0, 1] / 1e9:.1f} GB/s"
-            entry["stage"] = stage_rows(cap, gpu, args)
-            entry["placement"], entry["spearman"] = placement_rows(cap, devices, links, args)
-            entry["seconds"] = time.perf_counter() - t
-            report["models"].append(entry)
-            log.info("%s batch %d done in %.1f s", name, batch, entry["seconds"])
-    report["seconds"] = time.perf_counter() - started
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "report.json", report, indent=1)
-    text = markdown(report)
-    (out / "report.md.tmp").write_text(text + "\n")
-    (out / "report.md.tmp").replace(out / "report.md")
+    # batch-major: every model gets its small-batch rows before any large batch eats the budget
+    for batch in args.batch_sizes:
+        for name in args.models:
+            t = time.perf_counter()
+            if t - started > args.budget_s:  # a late start would be cut off by the caller's timeout
+                report["models"].append({"graph": f"{name}_b{batch}", "skipped": f"time budget of {args.budget_s:.0f} s spent"})
+                continue
+            try:
+                report["models"].append(model_entry(name, batch, gpu, devices, links, args))
+            except Exception as err:  # noqa: BLE001 - one model failing must not lose the others' rows
+                log.exception("%s batch %d failed", name, batch)
+                report["models"].append({"graph": f"{name}_b{batch}", "error": f"{type(err).__name__}: {err}"[:500]})
+            report["models"][-1]["seconds"] = time.perf_counter() - t
+            report["seconds"] = time.perf_counter() - started
+            write_report(report, out)  # after every model: a run cut short still leaves its rows
+            log.info("%s batch %d done in %.1f s", name, batch, report["models"][-1]["seconds"])
+    text = write_report(report, out)
     print(text)
     print(f"\ntotal {report['seconds']:.1f} s -> {out}/report.json, {out}/report.md")
     return 0
+
+
+def model_entry(name: str, batch: int, gpu: str, devices: list[str], links, args) -> dict:
+    """Calibrate one model at one batch size, then its stage and placement rows."""
+    cap, regimes = calibrated_capture(name, batch, devices, args)
+    entry = {"graph": cap.graph.name, "nodes": cap.graph.n_nodes, "regimes": regimes}
+    lat, bw = links.matrices(2)
+    entry["link"] = f"{devices[0]} -> {devices[1]}: {lat[0, 1] * 1e6:.1f} us + {bw[0, 1] / 1e9:.1f} GB/s"
+    entry["stage"] = stage_rows(cap, gpu, args)
+    entry["placement"], entry["spearman"] = placement_rows(cap, devices, links, args)
+    return entry
+
+
+def write_report(report: dict, out: Path) -> str:
+    """report.json (non-finite numbers as null: JSON has none) and report.md, each written atomically."""
+    write_json(out / "report.json", _finite(report), indent=1)
+    text = markdown(report)
+    (out / "report.md.tmp").write_text(text + "\n")
+    (out / "report.md.tmp").replace(out / "report.md")
+    return text
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 if __name__ == "__main__":

@@ -25,3 +25,20 @@ def test_gpu_validate_smoke_on_cpu(tmp_path, capsys):
     assert methods == ["inc-ilp", "heft", "critical_path_list", "single_device", "random_0"]
     assert all("error" not in r and r["measured_s"] > 0 for r in entry["placement"])
     assert (tmp_path / "report.md").read_text().startswith("# GPU validation")
+
+
+def test_a_failing_model_and_the_time_budget_leave_a_report(tmp_path):
+    """One bad model must not lose the others' rows, and a spent budget skips what is left:
+    the GPU run is one shot, under a hard timeout."""
+    spec = importlib.util.spec_from_file_location("gpu_validate", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    argv = ["--device", "cpu", "--models", "no_such_model", "--batch-sizes", "1", "--out", str(tmp_path)]
+    assert module.main(argv) == 0
+    (entry,) = json.loads((tmp_path / "report.json").read_text())["models"]
+    assert entry["graph"] == "no_such_model_b1" and "no_such_model" in entry["error"]
+    assert module.main(argv[:-2] + ["--budget-s", "0", "--out", str(tmp_path)]) == 0
+    (entry,) = json.loads((tmp_path / "report.json").read_text())["models"]
+    assert "time budget" in entry["skipped"]
+    assert "time budget" in (tmp_path / "report.md").read_text()
+    assert module._finite({"a": [float("nan"), 1.0, float("inf")]}) == {"a": [None, 1.0, None]}
