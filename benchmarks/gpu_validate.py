@@ -42,8 +42,8 @@ import torch
 from incsched.capture import capture
 from incsched.capture.zoo import build
 from incsched.evaluate.simulate import simulate
-from incsched.execute import ExecutionError, OutputMismatch, cpu_threads_per_worker, rank_placements, validate_placement, validate_stages
-from incsched.execute.calibrate import calibrated_devices, measure_links, profile_node_times, with_measured_times
+from incsched.execute import ExecutionError, OutputMismatch, rank_placements, validate_placement, validate_stages
+from incsched.execute.calibrate import calibrated_devices, measure_links, profile_devices
 from incsched.jsonio import write_json
 from incsched.problems import PlacementProblem, StageProblem
 from incsched.problems.placement import Placement
@@ -57,14 +57,9 @@ PLACEMENT_BASELINES = ("heft", "critical_path_list", "single_device")
 def calibrated_capture(model_name: str, batch: int, devices: list[str], args):
     model, inputs = build(model_name, batch_size=batch, seq_len=args.seq_len, image_size=args.image_size)
     cap = capture(model, inputs, coarsen="trivial", name=f"{model_name}_b{batch}")
-    graph, regimes = cap.graph, {}
-    for dev in dict.fromkeys(devices):
-        # CPU times with the threads the placement's CPU worker gets (all cores beside a GPU)
-        threads = cpu_threads_per_worker(devices) if torch.device(dev).type == "cpu" else None
-        times = profile_node_times(cap, dev, repeats=args.repeats_profile, warmup=2, threads=threads)
-        graph = with_measured_times(graph, times)
-        regimes[dev] = times.summary()
-    return _with_graph(cap, graph), regimes
+    # the CPU with the threads the placement's CPU worker gets (all cores beside a GPU)
+    graph, times = profile_devices(cap, devices, repeats=args.repeats_profile, warmup=2)
+    return _with_graph(cap, graph), {str(t.device): t.summary() for t in times.values()}
 
 
 def _with_graph(cap, graph):

@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_args(val)
     val.add_argument("--result", required=True, help="result JSON written by incsched solve --json")
     val.add_argument("--devices", help="torch devices, one per stage or device, e.g. cuda:0,cpu (default: cpu for each)")
-    val.add_argument("--graph", help="graph file whose node times predict (default: measure them while capturing)")
+    val.add_argument("--graph", help="graph file whose node times predict (default: profile them on --devices first)")
     val.add_argument("--micro-batches", type=int, default=4, help="stage results: micro-batches in the pipeline")
     val.add_argument("--repeats", type=int, default=3, help="timed runs (median reported) after one warm-up")
     val.add_argument("--runtime", choices=["threads", "processes", "pipelining"], default="threads",
@@ -140,16 +140,18 @@ def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
 
 def _validate(args) -> int:
     from .capture import capture, zoo
-    from .execute import cpu_threads_per_worker, default_devices, intra_op_threads, validate_result
+    from .execute import default_devices, profile_devices, validate_result
     from .jsonio import write_json
     from .result import Result
 
     result = Result.load(args.result)
     devices = _device_list(args.devices) if args.devices else default_devices(result)
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
-    with intra_op_threads(cpu_threads_per_worker(devices)):  # measure node times as the workers will run
-        captured = capture(model, inputs, measure=args.graph is None, name=args.model)
-    if args.graph:
+    captured = capture(model, inputs, name=args.model)
+    if not args.graph:  # node times on every device kind of the run, the CPU's with its workers' threads
+        graph, _ = profile_devices(captured, devices, repeats=5, warmup=2)
+        captured = dataclasses.replace(captured, graph=graph)
+    else:
         timed = _read_graph(args.graph, None)
         if timed.structure_digest() != captured.graph.structure_digest():
             raise IncschedError(f"{args.graph}: not the graph of {args.model} as captured here (nodes or edges differ)")
@@ -171,7 +173,7 @@ def _validate(args) -> int:
 def _profile(args) -> int:
     """Capture a zoo model, measure it on each device, write the graph (and the links)."""
     from .capture import capture, zoo
-    from .execute import calibrated_devices, cpu_threads_per_worker, measure_links, profile_node_times, with_measured_times
+    from .execute import calibrated_devices, measure_links, profile_devices
     from .formats import save_graph
     from .jsonio import write_json
 
@@ -190,23 +192,15 @@ def _profile(args) -> int:
     graph = captured.graph
     print(f"captured {args.model}: {graph.n_nodes} nodes, {graph.n_edges} edges in {time.perf_counter() - started:.1f} s")
 
-    measured_kinds: dict[str, str] = {}
-    for dev in devices:
-        kind = dev.split(":")[0]  # normalised by _device_list: "cpu", "cuda:0"
-        if kind in measured_kinds:  # times are stored per kind: one device of each kind is enough
-            continue
-        # CPU times with the threads each CPU worker gets when these devices run together
-        threads = (args.threads or cpu_threads_per_worker(devices)) if kind == "cpu" else None
-        times = profile_node_times(captured, dev, repeats=args.repeats, warmup=args.warmup, threads=threads)
-        graph = with_measured_times(graph, times)
-        measured_kinds[kind] = dev
+    graph, measured = profile_devices(captured, devices, repeats=args.repeats, warmup=args.warmup, threads=args.threads)
+    for times in measured.values():
         print(
-            f"{dev:<8} wall {1e3 * times.wall_seconds:9.3f} ms  kernels {1e3 * times.kernel_seconds:9.3f} ms "
+            f"{times.device:<8} wall {1e3 * times.wall_seconds:9.3f} ms  kernels {1e3 * times.kernel_seconds:9.3f} ms "
             f"({100 * times.kernel_share:.0f}%)  launch {1e6 * times.launch_per_op:6.2f} us/op x {int(times.ops.sum())} ops  "
             f"{times.regime}, {times.conditions['threads']} thread(s)"
         )
     save_graph(graph, args.output)
-    print(f"graph with compute_time for {', '.join(sorted(measured_kinds))} -> {args.output}")
+    print(f"graph with compute_time for {', '.join(sorted(measured))} -> {args.output}")
 
     if args.links:
         links = measure_links(devices, sizes)
@@ -241,7 +235,7 @@ def _byte_sizes(text: str) -> list[int]:
 
 def _finetune(args) -> int:
     from .capture import capture, zoo
-    from .execute import cpu_threads_per_worker, intra_op_threads
+    from .execute import profile_devices
     from .policy.placement_policy import load_placement_policy, save_placement_policy
     from .train.measured import FinetuneConfig, finetune_on_measured
 
@@ -252,8 +246,9 @@ def _finetune(args) -> int:
         raise IncschedError(str(err)) from None
     policy = load_placement_policy(args.checkpoint)  # a bad checkpoint fails before the slow capture
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
-    with intra_op_threads(cpu_threads_per_worker(devices)):  # node times as the workers will run them
-        captured = capture(model, inputs, measure=True, name=args.model)
+    captured = capture(model, inputs, name=args.model)
+    graph, _ = profile_devices(captured, devices, repeats=5, warmup=2)  # every kind, the CPU with its workers' threads
+    captured = dataclasses.replace(captured, graph=graph)
     policy, metrics = finetune_on_measured(policy, captured, devices, config)
     print(f"{args.model} on {', '.join(devices)}: {metrics[-1]['placements_measured']} distinct placements executed and timed")
     for m in metrics:

@@ -17,6 +17,7 @@ from .calibrate import (
     NodeTimes,
     calibrated_devices,
     measure_links,
+    profile_devices,
     profile_node_times,
     with_measured_times,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "NodeTimes",
     "calibrated_devices",
     "measure_links",
+    "profile_devices",
     "profile_node_times",
     "with_measured_times",
     "Divergence",

@@ -42,6 +42,7 @@ __all__ = [
     "NodeTimes",
     "LinkMeasurement",
     "profile_node_times",
+    "profile_devices",
     "with_measured_times",
     "measure_links",
     "calibrated_devices",
@@ -382,6 +383,34 @@ def with_measured_times(graph: CompGraph, times: NodeTimes, kind: str | None = N
     }
     meta["calibration"] = calibration
     return graph.replace(compute_time=compute_time, meta=meta)
+
+
+def profile_devices(
+    capture: Capture, devices: Sequence[str], *, repeats: int = 10, warmup: int = 3, threads: int | None = None
+) -> tuple[CompGraph, dict[str, NodeTimes]]:
+    """Measure ``capture`` on one device of each kind in ``devices`` and write the times into its graph.
+
+    The CPU is measured with the intra-op threads each CPU worker gets when ``devices`` run
+    together (`incsched.execute.cpu_threads_per_worker`; all of the current threads for a lone CPU
+    worker), or ``threads`` when given.
+
+    Returns
+    -------
+    (graph, times)
+        The graph with ``compute_time`` (and ``meta["calibration"]``) for every kind measured, and
+        the `NodeTimes` of each kind.
+    """
+    from .runner import cpu_threads_per_worker
+
+    graph, times = capture.graph, {}
+    for dev in devices:
+        kind = torch.device(dev).type
+        if kind in times:  # times are kept per device kind: one device of each is enough
+            continue
+        cpu_threads = (threads or cpu_threads_per_worker(devices)) if kind == "cpu" else None
+        times[kind] = profile_node_times(capture, dev, repeats=repeats, warmup=warmup, threads=cpu_threads)
+        graph = with_measured_times(graph, times[kind])
+    return graph, times
 
 
 # ---------------------------------------------------------------------- links
