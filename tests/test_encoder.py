@@ -161,6 +161,23 @@ def test_bitwise_equal_with_gradients_enabled_and_in_train_mode():
         assert torch.equal(p.grad, grads[name].grad), name
 
 
+def test_embeddings_do_not_depend_on_the_intra_op_thread_count():
+    """Deterministic mode must not hang on the caller's ``torch.set_num_threads``: the shipped
+    encoder gives the same bits with one thread and with two (a 5,000-node graph, so that the
+    products are large enough to be split between threads)."""
+    policy, _ = load_stage_policy()
+    gt = graph_tensors(StageProblem(icml24_like(5000, seed=3), 8))
+    saved, out = torch.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                out.append(policy.encoder(gt.x, gt.edge_index, gt.edge_attr))
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(out[0], out[1])
+
+
 @SHIPPED
 @pytest.mark.parametrize("graph", ["resnet50", "gpt2"])
 def test_shipped_stage_policy_is_bitwise_the_same_with_either_layer(graph):
