@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu_check.sh prepare      # here: download the wheels into .whl (needs PyPI)
 #   device run, carry [".whl"], timeout_s 540, command:
-#     bash scripts/gpu_check.sh run        # there: install the wheels, run the check into $OUT
+#     bash scripts/gpu_check.sh run        # there: install the wheels, run the CUDA tests and the check into $OUT
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +25,9 @@ run)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
     out="${OUT:-gpu_validate}"
     mkdir -p "$out"
-    timeout 500 python3 benchmarks/gpu_validate.py --out "$out" 2>&1 | tee "$out/log.txt" || true
+    # the CUDA paths' tests first (seconds), then the benchmark; both inside the 540 s device call
+    timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_execute_cuda.py 2>&1 | tee "$out/tests.txt" || true
+    timeout 420 python3 benchmarks/gpu_validate.py --budget-s 330 --out "$out" 2>&1 | tee "$out/log.txt" || true
     ;;
 *)
     echo "usage: $0 prepare|run" >&2
