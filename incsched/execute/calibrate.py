@@ -33,7 +33,7 @@ from ..capture import Capture
 from ..errors import IncschedError
 from ..graph import CompGraph
 from ..problems.placement import Device, Links
-from .runner import intra_op_threads
+from .runner import cpu_threads_per_worker, intra_op_threads
 
 log = logging.getLogger(__name__)
 
@@ -400,8 +400,6 @@ def profile_devices(
         The graph with ``compute_time`` (and ``meta["calibration"]``) for every kind measured, and
         the `NodeTimes` of each kind.
     """
-    from .runner import cpu_threads_per_worker
-
     graph, times = capture.graph, {}
     for dev in devices:
         kind = torch.device(dev).type
