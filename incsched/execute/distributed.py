@@ -28,7 +28,7 @@ from .runner import Execution, TaskRecord, worker_weight_bytes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["execute_distributed", "run_ranks"]
+__all__ = ["execute_distributed", "from_earliest_start", "run_ranks"]
 
 _TIMEOUT_S = 600.0
 
@@ -76,8 +76,7 @@ def execute_distributed(
     for rep in reports.values():
         records += rep["records"]
         values.update({k: torch.from_numpy(v) if hasattr(v, "__array__") else v for k, v in rep["outputs"].items()})
-    t0 = min(r.start for r in records)
-    records = sorted((TaskRecord(r.part, r.micro_batch, r.worker, r.start - t0, r.end - t0) for r in records), key=lambda r: (r.start, r.worker))
+    records = from_earliest_start(records)
     outputs = [[batches[m][ref.index] if ref.part is None else values[(ref.part, ref.index, m)] for ref in program.outputs] for m in range(len(batches))]
     makespan = max(r.end for r in records) if records else 0.0
     peaks = [reports[r]["peak_bytes"] for r in range(world)]
@@ -110,13 +109,21 @@ def _tag(part: int, index: int, micro_batch: int) -> int:
     return (part * 1024 + index) * 4096 + micro_batch
 
 
+def from_earliest_start(records: list[TaskRecord]) -> list[TaskRecord]:
+    """Records from several processes (one monotonic clock per machine) in seconds from the earliest
+    start, ordered by start."""
+    t0 = min(r.start for r in records)
+    return sorted((TaskRecord(r.part, r.micro_batch, r.worker, r.start - t0, r.end - t0) for r in records), key=lambda r: (r.start, r.worker))
+
+
 def run_ranks(world: int, rank_fn, args: tuple, *, backend: str = "gloo", threads: int = 1) -> dict[int, Any]:
     """Run ``rank_fn(rank, *args)`` in ``world`` forked processes joined in one process group.
 
     Each process sets its intra-op threads, joins the group (a file store in a temporary folder),
     runs ``rank_fn`` (which calls ``dist.barrier()`` once its set-up is done, so that every rank's
-    timing starts together), waits at a barrier, and sends back what ``rank_fn`` returns. The processes are
-    forked so that they inherit ``args`` (export's graph modules cannot be pickled for spawn).
+    timing starts together), waits at a barrier, and sends back what ``rank_fn`` returns. The
+    processes are forked so that they inherit ``args`` (export's graph modules cannot be pickled
+    for spawn).
 
     Raises
     ------

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..capture.profile import tensor_bytes
-from .distributed import run_ranks
+from .distributed import from_earliest_start, run_ranks
 from .partition import ExecutionError, Program, Ref
 from .runner import Execution, TaskRecord, check_devices, worker_weight_bytes
 
@@ -164,8 +164,7 @@ def execute_pipelined(
     whole = [torch.cat([b[i] for b in batches]) for i in range(len(batches[0]))]
     reports = run_ranks(K, _pipeline_rank, (stages, examples, whole, list(devices), M, program), backend=backend, threads=threads)
     records = [r for k in range(K) for r in reports[k]["records"]]
-    t0 = min(r.start for r in records)
-    records = sorted((TaskRecord(r.part, r.micro_batch, r.worker, r.start - t0, r.end - t0) for r in records), key=lambda r: (r.start, r.worker))
+    records = from_earliest_start(records)
     outputs = [[torch.from_numpy(v) for v in per_mb] for per_mb in reports[K - 1]["outputs"]]
     peaks = [reports[k]["peak_bytes"] for k in range(K)]
     return Execution(outputs, records, max(r.end for r in records), [str(d) for d in devices[:K]], peaks)
