@@ -8,6 +8,7 @@ everything downstream may assume a well-formed acyclic graph with finite, non-ne
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from types import MappingProxyType
@@ -93,6 +94,8 @@ class CompGraph:
         edge_labels = _EdgeLabels(self.names, self.src, self.dst)
         if edge_bytes is None:
             self.edge_bytes = _readonly(self.out_bytes[self.src].copy())
+            # A node's output forwarded along many edges can add up past the column limit.
+            _check_total("edge_bytes (out_bytes of each edge's source)", self.edge_bytes)
         else:
             self.edge_bytes = _check_costs("edge_bytes", edge_bytes, m, edge_labels, integral=True)
         self.compute_time: Mapping[str, np.ndarray] = {}
@@ -591,48 +594,113 @@ def _check_strings(field: str, values, n: int, default: str, names) -> tuple[str
     return values
 
 
+#: Largest whole number a float may carry into a byte count: beyond it a float no longer tells
+#: which integer was meant (2**53 + 1 reads as 2**53), so such values must come as integers.
+MAX_EXACT_FLOAT_INT = 2**53
+
+#: Largest total of one byte-count column (``param_bytes``, ``out_bytes``, ``edge_bytes``). Every
+#: sum of a column's values then fits numpy's int64 with a factor of two to spare, so per-stage and
+#: per-device loads can stay int64 arrays without wrap-around; it is also CP-SAT's domain limit.
+MAX_TOTAL_BYTES = 2**62
+
+
 def _check_costs(field: str, values, n: int, labels, integral: bool) -> np.ndarray:
     if values is None:
         return _readonly(np.zeros(n, dtype=np.int64 if integral else np.float64))
+    if integral:
+        return _check_byte_counts(field, values, n, labels)
     if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
         arr = values.reshape(-1)
     else:
-        seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        seq = values.tolist() if isinstance(values, np.ndarray) else _as_list(field, values)
         for i, v in enumerate(seq):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
                 raise GraphError(f"{field} of {_label(labels, i)} must be a number, got {type(v).__name__} ({v!r})")
-        # Whole numbers stay integers: bytes above 2**53 must not pass through float64.
-        all_int = integral and all(isinstance(v, (int, np.integer)) for v in seq)
         try:
-            arr = np.asarray(seq, dtype=np.int64 if all_int else np.float64)
+            arr = np.asarray(seq, dtype=np.float64)
         except OverflowError:
-            raise GraphError(f"{field} has a value too large for a 64-bit byte count") from None
+            i = next(i for i, v in enumerate(seq) if isinstance(v, int) and abs(v) > 2**1023)
+            raise GraphError(
+                f"{field} of {_label(labels, i)} is an integer of about {int(seq[i].bit_length() * 0.30103)} digits, beyond a float64"
+            ) from None
     if arr.shape != (n,):
         raise GraphError(f"{field} has {arr.size} entries, expected {n}")
-    if arr.dtype.kind in "iu":
-        bad = np.flatnonzero(arr < 0)
-        if bad.size:
-            i = int(bad[0])
-            raise GraphError(f"{field} of {_label(labels, i)} is {int(arr[i])}; costs must be non-negative")
-        if integral:
-            if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:
-                raise GraphError(f"{field} has a value too large for a 64-bit byte count")
-            return _readonly(arr.astype(np.int64))
-        return _readonly(arr.astype(np.float64))
     arr = arr.astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
     if bad.size:
         i = int(bad[0])
         raise GraphError(f"{field} of {_label(labels, i)} is {float(arr[i])}; costs must be finite and non-negative")
-    if integral:
-        frac = np.flatnonzero(arr != np.floor(arr))
-        if frac.size:
-            i = int(frac[0])
-            raise GraphError(f"{field} of {_label(labels, i)} is {float(arr[i])}; byte counts must be whole numbers")
-        if arr.size and arr.max() >= 2.0**63:
-            raise GraphError(f"{field} has a value of {arr.max():.3g}, too large for a 64-bit byte count")
-        return _readonly(arr.astype(np.int64))
     return _readonly(arr)
+
+
+def _as_list(field: str, values) -> list:
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise GraphError(f"{field} must be a list of numbers, got {type(values).__name__} ({values!r:.80})")
+    return list(values)
+
+
+def _check_byte_counts(field: str, values, n: int, labels) -> np.ndarray:
+    """Whole, non-negative byte counts as a read-only int64 array, converted exactly.
+
+    Integers are taken as they are; a float only when it is whole and below `MAX_EXACT_FLOAT_INT`
+    (each element on its own: one ``1.0`` in a list must not push its neighbours through float64).
+    The column's total must not exceed `MAX_TOTAL_BYTES`.
+    """
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        arr = values.reshape(-1)
+        if arr.shape != (n,):
+            raise GraphError(f"{field} has {arr.size} entries, expected {n}")
+        if arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0:
+            i = int(np.argmin(arr))
+            raise GraphError(f"{field} of {_label(labels, i)} is {int(arr[i])}; costs must be non-negative")
+        if arr.size and int(arr.max()) > MAX_TOTAL_BYTES:
+            i = int(np.argmax(arr))
+            raise GraphError(
+                f"{field} of {_label(labels, i)} is {int(arr[i])}, beyond the supported 2**62 bytes per graph"
+            )
+        arr = arr.astype(np.int64)
+        _check_total(field, arr)
+        return _readonly(arr)
+    seq = values.reshape(-1).tolist() if isinstance(values, np.ndarray) else _as_list(field, values)
+    if len(seq) != n:
+        raise GraphError(f"{field} has {len(seq)} entries, expected {n}")
+    out = []
+    for i, v in enumerate(seq):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise GraphError(f"{field} of {_label(labels, i)} must be a number, got {type(v).__name__} ({v!r:.80})")
+        if isinstance(v, (float, np.floating)):
+            f = float(v)
+            if not math.isfinite(f) or f < 0:
+                raise GraphError(f"{field} of {_label(labels, i)} is {f}; costs must be finite and non-negative")
+            if f != math.floor(f):
+                raise GraphError(f"{field} of {_label(labels, i)} is {f}; byte counts must be whole numbers")
+            if f > MAX_EXACT_FLOAT_INT:
+                raise GraphError(
+                    f"{field} of {_label(labels, i)} is the float {f:.17g}, too large to be an exact byte count "
+                    "(floats are exact only up to 2**53); give it as an integer"
+                )
+            v = int(f)
+        v = int(v)
+        if v < 0:
+            raise GraphError(f"{field} of {_label(labels, i)} is {v}; costs must be non-negative")
+        if v > MAX_TOTAL_BYTES:
+            shown = str(v) if v < 10**30 else f"an integer of about {int(v.bit_length() * 0.30103)} digits"
+            raise GraphError(f"{field} of {_label(labels, i)} is {shown}, beyond the supported 2**62 bytes per graph")
+        out.append(v)
+    total = sum(out)
+    if total > MAX_TOTAL_BYTES:
+        raise GraphError(f"{field} totals {total} bytes over the graph, beyond the supported 2**62 (4.6e18)")
+    return _readonly(np.asarray(out, dtype=np.int64).reshape(n))
+
+
+def _check_total(field: str, arr: np.ndarray) -> None:
+    # Values are each <= 2**62 here; the int64 sum is safe only while n * max stays below 2**63.
+    if not arr.size:
+        return
+    peak = int(arr.max())
+    total = int(arr.sum()) if peak * arr.size < 2**63 else sum(arr.tolist())
+    if total > MAX_TOTAL_BYTES:
+        raise GraphError(f"{field} totals {total} bytes over the graph, beyond the supported 2**62 (4.6e18)")
 
 
 def _label(labels, i: int) -> str:
