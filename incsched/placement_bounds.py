@@ -1,0 +1,455 @@
+"""Global lower bounds on the makespan of a placement problem that charge the transfers no schedule avoids.
+
+`PlacementProblem.lower_bound_ticks` is max(critical path with free transfers, total work / D). Both
+ignore that running two operations at once needs two devices, and that a tensor crossing devices
+costs a transfer: with transfers several times an operation's time, the optimum of a fork-join
+graph on many devices sits far above either. The families here are all combinatorial (no solver),
+exact in Python / int64 integers, and valid for every problem: heterogeneous speeds, per-pair
+links and memory limits are covered by using each node's fastest duration and each edge's
+cheapest transfer between two distinct devices (relaxing a problem only lowers its optimum).
+
+Families
+--------
+`transfer_heads` / `transfer_tails`
+    Release and tail of every node where a node shares a device with some of its predecessors
+    (successors), which then run one after the other, and receives the others' outputs over a link.
+`path_bound`
+    max over nodes of head + duration + tail.
+`energy_bound`
+    For every set of nodes with release >= a and tail >= b, their work fits on the devices inside
+    the windows the releases and tails leave; with *anchors* (a node x and a node y), a device
+    other than x's only receives a descendant of x after a transfer (and symmetrically for y),
+    which shrinks every window but x's (y's) own. This is what charges "using many devices".
+`segment_sum_bound`
+    Cut nodes (norms, sums, residual adds) split every schedule into consecutive segments; the
+    makespan is at least the sum of the segments' own bounds.
+`placement_bound`
+    The maximum of all of the above and `PlacementProblem.lower_bound_ticks`: what to call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .problems.placement import PlacementProblem
+
+__all__ = [
+    "INF",
+    "placement_bound",
+    "placement_bound_details",
+    "transfer_heads",
+    "transfer_tails",
+    "path_bound",
+    "anchored_heads",
+    "anchored_tails",
+    "energy_bound",
+    "segment_sum_bound",
+]
+
+#: Stands for "never" (a node that cannot sit where asked). Far above any makespan in ticks, far
+#: below int64's limit even after summing a few thousand of them.
+INF = 1 << 40
+
+#: A predecessor list longer than this is scanned in blocks (see `_colocation_rule`).
+_BLOCK_FROM = 64
+
+
+# ---------------------------------------------------------------------- shared ingredients
+
+
+def _costs(problem: PlacementProblem) -> tuple[list[int], list[int]]:
+    """Fastest duration per node and cheapest transfer per edge between two distinct devices (ticks).
+
+    With one device no edge can cross: every transfer is `INF` (no node can be remote).
+    """
+    dmin = problem.durations().min(axis=1).astype(np.int64).tolist() if problem.n_nodes else []
+    m, D = problem.graph.n_edges, problem.n_devices
+    if D == 1:
+        return dmin, [INF] * m
+    if m == 0:
+        return dmin, []
+    off = ~np.eye(D, dtype=bool)
+    cross = problem.transfer_ticks()[:, off].min(axis=1).astype(np.int64).tolist()
+    return dmin, cross
+
+
+def _single_machine(jobs: list[tuple[int, int]]) -> int:
+    """Least completion time of ``jobs`` (release, duration) on one machine: release order is optimal."""
+    t = 0
+    for r, d in sorted(jobs):
+        t = max(t, r) + d
+    return t
+
+
+def _colocation_rule(items: list[tuple[int, int, int]]) -> int:
+    """Earliest start of a node given its inputs, over every choice of which inputs share its device.
+
+    ``items``: for each input (predecessor), ``(arrive, release, dur)``: when its output reaches the
+    node from another device, its own release when it shares the node's device, its duration.
+    For a set S sharing the device, those inputs run one at a time on it before the node (their
+    single-machine completion time) and the others arrive over links, so the node starts no
+    earlier than ``max(max_{u not in S} arrive_u, single_machine(S))``; the minimum over all S is
+    a valid bound. Only prefixes of the inputs sorted by ``arrive`` (descending) need be tried:
+    for any S, the prefix of inputs arriving strictly later than the latest one outside S is a
+    subset of S (so finishes no later on one machine) with the same latest remote arrival.
+    """
+    if not items:
+        return 0
+    items = sorted(items, key=lambda it: -it[0])
+    k = len(items)
+    best = items[0][0]  # S empty
+    if k <= _BLOCK_FROM:
+        for i in range(1, k + 1):
+            rest = items[i][0] if i < k else 0
+            if rest >= best:
+                continue
+            best = min(best, max(rest, _single_machine([(r, d) for _, r, d in items[:i]])))
+        return best
+    # Many inputs: evaluate prefixes in blocks. For a prefix i inside (j, j2], the value is at least
+    # max(arrive of item j2 (or 0), single_machine(first j)): later prefixes only shrink the remote
+    # arrival, earlier ones only shrink the serial part. Taking that per block keeps the minimum valid.
+    step = max(1, k // _BLOCK_FROM)
+    j = 0
+    while j < k:
+        j2 = min(k, j + step)
+        serial = _single_machine([(r, d) for _, r, d in items[:j + 1]]) if j + 1 <= k else 0
+        rest = items[j2][0] if j2 < k else 0
+        best = min(best, max(rest, serial))
+        j = j2
+    return best
+
+
+# ---------------------------------------------------------------------- heads and tails with transfers
+
+
+def transfer_heads(problem: PlacementProblem) -> list[int]:
+    """Earliest start of every node in ticks, charging the transfers its inputs cannot avoid.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        Any devices and links (fastest durations, cheapest transfers).
+
+    Returns
+    -------
+    list of int
+        ``head[v]``: no schedule starts v earlier.
+
+    Notes
+    -----
+    Why it holds: in any schedule, let S be v's predecessors on v's device. They run one at a
+    time there, none before its own head, and v starts after the last ends; every other
+    predecessor u ends no earlier than ``head[u] + d_u`` and its output needs at least the
+    cheapest transfer of the edge. `_colocation_rule` takes the least of these over all S, so by
+    induction in topological order every head is at most the real start.
+    """
+    g = problem.graph
+    dmin, cross = _costs(problem)
+    head = [0] * g.n_nodes
+    ptr, nbr, eid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
+    for v in g.topological_order().tolist():
+        items = _inputs(ptr, nbr, eid, v, head, head, dmin, cross)
+        head[v] = _colocation_rule(items)
+    return head
+
+
+def transfer_tails(problem: PlacementProblem) -> list[int]:
+    """Least time from every node's end to the makespan in ticks (mirror of `transfer_heads`).
+
+    Returns
+    -------
+    list of int
+        ``tail[v]``: in every schedule the makespan is at least v's end plus ``tail[v]``.
+
+    Notes
+    -----
+    Reversing time maps a schedule to a schedule of the reversed graph with the same makespan
+    (a transfer u -> w becomes one w -> u of the same length), so heads of the reversed graph are
+    tails of this one.
+    """
+    g = problem.graph
+    dmin, cross = _costs(problem)
+    tail = [0] * g.n_nodes
+    ptr, nbr, eid = g.succ_ptr.tolist(), g.succ_idx.tolist(), g.succ_edge.tolist()
+    for v in reversed(g.topological_order().tolist()):
+        tail[v] = _colocation_rule(_inputs(ptr, nbr, eid, v, tail, tail, dmin, cross))
+    return tail
+
+
+def _inputs(ptr, nbr, eid, v, base, local, dmin, cross) -> list[tuple[int, int, int]]:
+    """Per distinct neighbour u of v: (arrive when remote, release when local, duration)."""
+    per: dict[int, list[int]] = {}
+    for k in range(ptr[v], ptr[v + 1]):
+        u = nbr[k]
+        arrive = base[u] + dmin[u] + cross[eid[k]]
+        if u in per:
+            per[u][0] = max(per[u][0], arrive)  # parallel edges: the slowest transfer counts
+        else:
+            per[u] = [arrive, local[u], dmin[u]]
+    return [tuple(x) for x in per.values()]
+
+
+def path_bound(problem: PlacementProblem, head: list[int] | None = None, tail: list[int] | None = None) -> int:
+    """max over nodes of ``head + fastest duration + tail``: every node runs inside the makespan."""
+    if not problem.n_nodes:
+        return 0
+    head = transfer_heads(problem) if head is None else head
+    tail = transfer_tails(problem) if tail is None else tail
+    dmin, _ = _costs(problem)
+    return max(h + d + q for h, d, q in zip(head, dmin, tail))
+
+
+def anchored_heads(problem: PlacementProblem, anchor: int, head: list[int] | None = None) -> list[int]:
+    """Earliest start of every node placed on a device other than ``anchor``'s (ticks; `INF` for the anchor).
+
+    Notes
+    -----
+    Same rule as `transfer_heads`, with one more fact: a node off the anchor's device shares its
+    device only with predecessors that are off the anchor's device too, so a co-located
+    predecessor contributes its own anchored head, and the anchor itself can only be remote.
+    A node that does not descend from the anchor gets its plain head back.
+    """
+    g = problem.graph
+    dmin, cross = _costs(problem)
+    head = transfer_heads(problem) if head is None else head
+    ptr, nbr, eid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
+    off = list(head)
+    off[anchor] = INF
+    for v in g.topological_order().tolist():
+        if v == anchor:
+            continue
+        items = _inputs(ptr, nbr, eid, v, head, off, dmin, cross)
+        off[v] = max(head[v], _colocation_rule(items))
+    return off
+
+
+def anchored_tails(problem: PlacementProblem, anchor: int, tail: list[int] | None = None) -> list[int]:
+    """Least tail of every node placed on a device other than ``anchor``'s (mirror of `anchored_heads`)."""
+    g = problem.graph
+    dmin, cross = _costs(problem)
+    tail = transfer_tails(problem) if tail is None else tail
+    ptr, nbr, eid = g.succ_ptr.tolist(), g.succ_idx.tolist(), g.succ_edge.tolist()
+    off = list(tail)
+    off[anchor] = INF
+    for v in reversed(g.topological_order().tolist()):
+        if v == anchor:
+            continue
+        off[v] = max(tail[v], _colocation_rule(_inputs(ptr, nbr, eid, v, tail, off, dmin, cross)))
+    return off
+
+
+# ---------------------------------------------------------------------- energetic reasoning
+
+
+def energy_bound(
+    problem: PlacementProblem,
+    head: list[int] | None = None,
+    tail: list[int] | None = None,
+    *,
+    entry: int | None = None,
+    exit_: int | None = None,
+    max_thresholds: int | None = None,
+) -> int:
+    """Parallel-machine energy bound over sets of late-released, early-due nodes, with optional anchors.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        Any devices and links.
+    head, tail : list of int, optional
+        `transfer_heads` / `transfer_tails` (computed when omitted).
+    entry : int, optional
+        Anchor node x: nodes off x's device use `anchored_heads` (at least one transfer after x).
+    exit_ : int, optional
+        Anchor node y: nodes off y's device use `anchored_tails`.
+    max_thresholds : int, optional
+        Most release thresholds tried (evenly spread over the distinct values); any subset of
+        thresholds gives a valid bound, fewer are faster.
+
+    Returns
+    -------
+    int
+        A lower bound on the makespan in ticks.
+
+    Notes
+    -----
+    Why it holds: fix a schedule of makespan T and let x sit on device δ (and y on δ'). Every
+    node v on device e runs inside [h_e(v), T - q_e(v)], where h_e is the plain head on δ and the
+    anchored head elsewhere (q_e likewise with y). For a set J = {v : h_off(v) >= a, q_off(v) >= b}
+    the J-nodes device e holds run one at a time inside [min_J h_e, T - min_J q_e], so their work
+    is at most max(0, T - min_J h_e - min_J q_e). Summing over devices, the work of J (fastest
+    durations) is at most sum_e max(0, T - alpha_e) with alpha_e = min_J h_e + min_J q_e. That sum
+    is the largest over k of its k smallest-alpha terms without the max(0, .), so the least T
+    allowed is min over k of ceil((P(J) + alpha_(1) + ... + alpha_(k)) / k). With y anchored the
+    two cases (y on δ or not) are both bounded and the smaller taken. Without anchors every device
+    uses the plain heads and tails (the classical P|r_j,q_j|Cmax energy bound).
+    """
+    n, D = problem.n_nodes, problem.n_devices
+    if n == 0:
+        return 0
+    head = transfer_heads(problem) if head is None else head
+    tail = transfer_tails(problem) if tail is None else tail
+    dmin, _ = _costs(problem)
+    hx = anchored_heads(problem, entry, head) if entry is not None else head
+    qy = anchored_tails(problem, exit_, tail) if exit_ is not None else tail
+    H = np.asarray(head, dtype=np.int64)
+    Q = np.asarray(tail, dtype=np.int64)
+    HX = np.asarray(hx, dtype=np.int64)
+    QY = np.asarray(qy, dtype=np.int64)
+    P = np.asarray(dmin, dtype=np.int64)
+
+    # Device classes (heads, tails, count) per case; a case bound is the least T it allows, and
+    # the set's bound the least over cases (the schedule is in one of them).
+    if entry is None and exit_ is None:
+        cases = [[(H, Q, D)]]
+    elif exit_ is None:
+        cases = [[(H, Q, 1), (HX, Q, D - 1)]]
+    elif entry is None:
+        cases = [[(H, Q, 1), (H, QY, D - 1)]]
+    else:
+        same = [(H, Q, 1), (HX, QY, D - 1)]
+        apart = [(H, QY, 1), (HX, Q, 1), (HX, QY, D - 2)]
+        cases = [same] if (D == 1 or entry == exit_) else [same, apart]
+        if D == 1:
+            cases = [[(H, Q, 1)]]
+
+    key_a = HX  # thresholds on the anchored (largest) heads and tails: they select the sets
+    key_b = QY
+    thresholds = np.unique(key_a[key_a < INF])
+    if max_thresholds is not None and len(thresholds) > max_thresholds:
+        thresholds = np.unique(thresholds[np.linspace(0, len(thresholds) - 1, max_thresholds).round().astype(int)])
+    best = 0
+    for a in thresholds.tolist():
+        members = np.flatnonzero(key_a >= a)
+        order = members[np.argsort(-key_b[members], kind="stable")]
+        work = np.cumsum(P[order])  # J_i = the i+1 members with the largest anchored tails
+        case_best = None
+        for classes in cases:
+            alphas, counts = [], []
+            for h, q, c in classes:
+                if c <= 0:
+                    continue
+                alphas.append(np.minimum.accumulate(h[order]) + np.minimum.accumulate(q[order]))
+                counts.append(c)
+            bound = _least_makespan(work, alphas, counts)
+            case_best = bound if case_best is None else np.minimum(case_best, bound)
+        best = max(best, int(case_best.max()))
+    return best
+
+
+def _least_makespan(work: np.ndarray, alphas: list[np.ndarray], counts: list[int]) -> np.ndarray:
+    """Per set: least integer T with work <= sum over devices of max(0, T - alpha) (classes of devices)."""
+    L = len(work)
+    cols = []
+    for a, c in zip(alphas, counts):
+        cols.extend([np.minimum(a, INF)] * c)
+    A = np.sort(np.stack(cols, axis=1), axis=1)  # [L, D] ascending
+    S = np.cumsum(A, axis=1)
+    k = np.arange(1, A.shape[1] + 1, dtype=np.int64)
+    T = -((-(work[:, None] + S)) // k[None, :])  # ceil((P + alpha_(1..k)) / k), exact integers
+    out = T.min(axis=1)
+    return out if L else np.zeros(0, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------- decomposition at cut nodes
+
+
+def segment_sum_bound(problem: PlacementProblem, inner=None) -> int:
+    """Sum of per-segment bounds between cut nodes, minus one tick per segment entry.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    inner : callable, optional
+        ``inner(subproblem) -> int`` bounding each segment's own problem (default
+        `_combinatorial_bound`, every family but this one).
+
+    Returns
+    -------
+    int
+        A lower bound in ticks; `problem.lower_bound_ticks()`-free (0 when there is no cut node).
+
+    Notes
+    -----
+    Why it holds: a cut node precedes or follows every other node, so in any schedule each
+    segment's nodes run between its entry cut node's end and its exit cut node's end. Restricting
+    a schedule to a segment and shifting it so its entry (made one tick long by `subproblem`)
+    ends at tick 1 gives a schedule of the segment's problem (edges leaving the segment only
+    constrain more), so that span is at least the segment's optimum minus one tick; the spans of
+    consecutive segments add up to at most the makespan.
+    """
+    from .baselines.placement_local import segments, subproblem
+
+    parts = segments(problem)
+    if len(parts) <= 1:
+        return 0
+    inner = _combinatorial_bound if inner is None else inner
+    total = 0
+    for i, nodes in enumerate(parts):
+        entry = i > 0
+        sub = subproblem(problem, nodes, instant=(nodes[0],) if entry else ())
+        total += int(inner(sub)) - (1 if entry else 0)
+    return total
+
+
+# ---------------------------------------------------------------------- what to call
+
+
+def _anchors(problem: PlacementProblem) -> tuple[list[int | None], list[int | None]]:
+    """Entry and exit anchors worth trying: none, and the single source / single sink when there is one."""
+    g = problem.graph
+    sources = np.flatnonzero(g.in_degree == 0)
+    sinks = np.flatnonzero(g.out_degree == 0)
+    entries: list[int | None] = [None]
+    exits: list[int | None] = [None]
+    if len(sources) == 1:
+        entries.append(int(sources[0]))
+    if len(sinks) == 1:
+        exits.append(int(sinks[0]))
+    return entries, exits
+
+
+def placement_bound_details(problem: PlacementProblem, *, segments: bool = True) -> dict[str, int]:
+    """Every family's value (ticks), keyed by name; ``"bound"`` is their maximum (`placement_bound`)."""
+    out = {"trivial": problem.lower_bound_ticks()}
+    if problem.n_nodes == 0:
+        out["bound"] = 0
+        return out
+    head, tail = transfer_heads(problem), transfer_tails(problem)
+    out["path"] = path_bound(problem, head, tail)
+    out["energy"] = energy_bound(problem, head, tail)
+    entries, exits = _anchors(problem)
+    anchored = 0
+    for x in entries:
+        for y in exits:
+            if x is None and y is None:
+                continue
+            anchored = max(anchored, energy_bound(problem, head, tail, entry=x, exit_=y))
+    out["anchored_energy"] = anchored
+    if segments and problem.n_devices > 1:
+        out["segment_sum"] = segment_sum_bound(problem)
+    out["bound"] = max(out.values())
+    return out
+
+
+def _combinatorial_bound(problem: PlacementProblem) -> int:
+    return placement_bound_details(problem, segments=False)["bound"]
+
+
+def placement_bound(problem: PlacementProblem) -> int:
+    """The strongest combinatorial lower bound on the makespan, in ticks (never below `lower_bound_ticks`).
+
+    Valid for every placement problem (any speeds, device kinds, per-pair links, memory limits:
+    they enter through each node's fastest duration and each edge's cheapest transfer between
+    two distinct devices, which only relaxes the problem). Pure Python and numpy, no solver.
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> g = CompGraph(["s", "a", "b", "t"], ["s", "s", "a", "b"], ["a", "b", "t", "t"],
+    ...               out_bytes=[1000, 1000, 1000, 0], compute_time={"cpu": [1.0, 10.0, 10.0, 1.0]})
+    >>> p = PlacementProblem.identical(g, 2, bandwidth=10.0, time_unit=1.0)
+    >>> p.lower_bound_ticks(), placement_bound(p)
+    (12, 22)
+    """
+    return int(placement_bound_details(problem)["bound"])
