@@ -3,14 +3,20 @@
 A result is ``optimal`` only when its objective meets a proven global lower bound; these
 combinatorial bounds are the cheap part of that bound (CP-SAT's own bound on the full model is the
 other), and they hold for any assignment, inside a window or not.
+
+Exact: `stage_term_bounds` gives Python ints and `stage_lower_bound` the weighted sum with each
+weight as the decimal it denotes, an int when whole, else a `fractions.Fraction` (never a float),
+so ``objective <= stage_lower_bound(p)`` compares exactly with `evaluate_stages`' objective.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from .problems.placement import PlacementProblem
-from .problems.stage import StageProblem
+from .problems.stage import StageProblem, exact_number
 
 __all__ = ["stage_lower_bound", "stage_term_bounds", "placement_lower_bound"]
 
@@ -34,10 +40,20 @@ def stage_term_bounds(problem: StageProblem) -> dict[str, int]:
     return out
 
 
-def stage_lower_bound(problem: StageProblem) -> float:
-    """The weighted sum of `stage_term_bounds`: no stage assignment has a smaller objective."""
-    w = problem.weights.as_dict()
-    return sum(w[t] * b for t, b in stage_term_bounds(problem).items())
+def stage_lower_bound(problem: StageProblem) -> int | Fraction:
+    """The weighted sum of `stage_term_bounds`: no stage assignment has a smaller objective.
+
+    Exact: a Python int when whole, else a `fractions.Fraction`.
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    >>> stage_lower_bound(StageProblem(g, 2, {"mem_peak": 0.1}))
+    3
+    """
+    w = problem.weights.exact()
+    return exact_number(sum((w[t] * b for t, b in stage_term_bounds(problem).items()), Fraction(0)))
 
 
 def placement_lower_bound(problem: PlacementProblem) -> int:

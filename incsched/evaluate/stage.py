@@ -3,15 +3,23 @@
 Tests, the RL reward, the solve pipeline's self-check and the benchmarks all judge a stage
 assignment here. It recomputes everything from the graph's raw arrays with numpy and shares no code
 with any solver model, so a bug in a model shows up as a disagreement instead of being repeated.
+
+Exact arithmetic: every term is a Python int (per-stage loads are int64 sums, which cannot wrap
+because `CompGraph` limits each byte column's total to 2**62 and `StageProblem` the ticks to
+2**61; ``comm_total`` is summed over boundaries in Python ints because (K-1) times the edges'
+bytes can pass int64). The objective is ``sum(weight_t * term_t)`` with each weight read as the
+exact decimal it denotes (`ObjectiveWeights.exact`): a Python int when whole, else a
+`fractions.Fraction`, never a float, so it catches whatever a solver rounds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-from ..problems.stage import ProblemError, StageProblem
+from ..problems.stage import ProblemError, StageProblem, exact_number
 
 __all__ = ["StageEvaluation", "evaluate_stages"]
 
@@ -26,13 +34,14 @@ class StageEvaluation:
     ``mem_peak`` and ``spill`` are bytes; ``comm_total`` and ``comm_peak`` bytes or edges (the
     problem's ``comm`` mode); ``compute_peak`` is in ticks of ``problem.time_unit`` and
     ``compute_peak_s`` in seconds (unrounded). ``objective`` is the weighted sum of the integer
-    terms. When some stage is outside 0..K-1 the terms cannot be computed and are None.
+    terms: a Python int when whole, else a `fractions.Fraction` (see the module notes). When some
+    stage is outside 0..K-1 the terms cannot be computed and are None.
     """
 
     feasible: bool
     violations: tuple[str, ...]
     n_violations: int
-    objective: float | None
+    objective: int | Fraction | None
     mem_peak: int | None
     comm_total: int | None
     comm_peak: int | None
@@ -113,13 +122,14 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     stage_mem = np.zeros(K, dtype=np.int64)
     np.add.at(stage_mem, s, g.param_bytes)
     if problem.capacity is not None:
-        cap = np.asarray(problem.capacity, dtype=np.int64)
-        over = np.flatnonzero(stage_mem > cap)
-        note([f"stage {k} holds {int(stage_mem[k])} parameter bytes, over its capacity {int(cap[k])}" for k in over.tolist()])
+        # The capacities as given, compared as Python ints: they may exceed int64.
+        over = [k for k, (load, cap) in enumerate(zip(stage_mem.tolist(), problem.capacity)) if load > cap]
+        note([f"stage {k} holds {int(stage_mem[k])} parameter bytes, over its capacity {problem.capacity[k]}" for k in over])
 
     seconds = np.asarray(g.time(problem.device_kind), dtype=np.float64)
     speed = np.ones(K) if problem.stage_speed is None else np.asarray(problem.stage_speed, dtype=np.float64)
-    node_ticks = np.rint(seconds / speed[s] / problem.time_unit).astype(np.int64)
+    # The problem's own tick table (it checks the range); the stage each node sits on picks the column.
+    node_ticks = problem.node_ticks[np.arange(g.n_nodes), s] if g.n_nodes else np.zeros(0, dtype=np.int64)
     stage_compute = np.zeros(K, dtype=np.int64)
     np.add.at(stage_compute, s, node_ticks)
     stage_compute_s = np.bincount(s, weights=seconds, minlength=K) / speed
@@ -131,13 +141,18 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     forward = su < sv
     np.add.at(diff, su[forward], units[forward])
     np.add.at(diff, sv[forward], -units[forward])
-    boundary_comm = np.cumsum(diff)[: K - 1]
-    # A backwards edge (already a violation) counts no crossings rather than negative ones.
-    comm_total = int(np.sum(units * np.maximum(sv - su, 0)))
+    boundary_comm = np.cumsum(diff)[: K - 1]  # each entry <= all edges' units <= 2**62: no wrap
+    # A backwards edge (already a violation) counts no crossings rather than negative ones. Each
+    # product fits int64 only while units * (K-1) does, so the sum is taken in Python ints.
+    crossings = np.maximum(sv - su, 0)
+    if int(units.sum()) * max(K - 1, 0) < 2**62:
+        comm_total = int(np.sum(units * crossings))
+    else:
+        comm_total = sum(u * c for u, c in zip(units.tolist(), crossings.tolist()))
 
     spill = 0
     if problem.spill_capacity is not None:
-        spill = int(np.maximum(stage_mem - np.asarray(problem.spill_capacity, dtype=np.int64), 0).sum())
+        spill = sum(max(load - cap, 0) for load, cap in zip(stage_mem.tolist(), problem.spill_capacity))
 
     values = dict(
         mem_peak=int(stage_mem.max()),
@@ -146,14 +161,9 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
         compute_peak=int(stage_compute.max()),
         spill=spill,
     )
-    w = problem.weights
-    objective = (
-        w.mem_peak * values["mem_peak"]
-        + w.comm_total * values["comm_total"]
-        + w.comm_peak * values["comm_peak"]
-        + w.compute_peak * values["compute_peak"]
-        + w.spill * values["spill"]
-    )
+    # Exact: each weight as the decimal it denotes (0.1 is 1/10), times an int term.
+    w = problem.weights.exact()
+    objective = exact_number(sum((w[t] * values[t] for t in values), Fraction(0)))
     return _finish(
         violations,
         count,

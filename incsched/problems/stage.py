@@ -16,12 +16,31 @@ stage's hard capacity, more parameters than all stages hold together) is reporte
 `StageProblem.infeasibility` as a reason string and raised by `StageProblem.check_feasible` as
 `InfeasibleProblem`; malformed problems (K < 1, NaN weights, wrong lengths) raise `ProblemError` at
 construction.
+
+Exact numbers (the contract every back end and the evaluator keep):
+
+- Terms are Python ints: bytes, edges or ticks. The graph's byte columns each total at most
+  2**62 (`incsched.graph.MAX_TOTAL_BYTES`) and the compute ticks at most `MAX_TOTAL_TICKS` (2**61), so
+  every per-stage load also fits numpy's int64 without wrap-around.
+- Weights are read as the decimal number they print as (``repr``): ``0.1`` means 1/10 exactly,
+  not the binary float nearest to it. `ObjectiveWeights.scaled` turns them into integers by one
+  exact rule: multiply every weight by 10**d, d the most decimal places any weight has, and divide
+  by the greatest common divisor, giving integers ``c_t`` and a `fractions.Fraction` unit with
+  ``weight_t == unit * c_t`` for every term. A weight with more than `MAX_WEIGHT_DECIMALS` decimal
+  places or above `MAX_WEIGHT` is refused at construction with a `ProblemError` naming it.
+- The objective ``sum(weight_t * term_t)`` is therefore exact: a Python int when whole, else a
+  `fractions.Fraction` (`exact_number`). Never a float.
+- Capacities are Python ints of any size (a float only when whole and at most 2**53); a capacity
+  above the graph's total parameters constrains nothing, and `effective_capacity` clamps it there
+  for solvers that need int64.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from decimal import Decimal
+from fractions import Fraction
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
@@ -31,10 +50,20 @@ import numpy as np
 from ..cost_model import DEFAULT_KIND
 from ..errors import FormatError, IncschedError
 from ..formats.json_graph import graph_from_dict, graph_to_dict
-from ..graph import CompGraph
+from ..graph import MAX_EXACT_FLOAT_INT, MAX_TOTAL_BYTES, CompGraph
 from ..jsonio import read_json, write_json
 
-__all__ = ["ObjectiveWeights", "StageProblem", "ProblemError", "InfeasibleProblem", "COMM_MODES"]
+__all__ = [
+    "ObjectiveWeights",
+    "StageProblem",
+    "ProblemError",
+    "InfeasibleProblem",
+    "COMM_MODES",
+    "MAX_WEIGHT_DECIMALS",
+    "MAX_WEIGHT",
+    "MAX_TOTAL_TICKS",
+    "exact_number",
+]
 
 FORMAT = "incsched.stage_problem"
 VERSION = 1
@@ -44,6 +73,32 @@ COMM_MODES = ("bytes", "edges")
 
 #: Ticks the whole graph's compute time must at least span when ``time_unit`` is chosen automatically.
 _MIN_TOTAL_TICKS = 1e6
+
+#: Most decimal places a weight may have (1e-12 is fine, 1e-13 is refused): the exact integer
+#: scaling multiplies every weight by 10**d, which must leave room in CP-SAT's int64 objective.
+MAX_WEIGHT_DECIMALS = 12
+
+#: Largest weight accepted (1e300 is refused): a bigger one leaves no room in CP-SAT's int64
+#: objective even for single-digit terms once scaled.
+MAX_WEIGHT = 10**15
+
+#: Most compute ticks a graph may span (the sum over nodes of each node's slowest ticks), so that
+#: per-stage tick sums fit int64 with room to spare (checked in float64, hence 2**61, not 2**62).
+MAX_TOTAL_TICKS = 2**61
+
+
+def exact_number(x: int | Fraction) -> int | Fraction:
+    """``x`` as a Python int when it is whole, else as a `fractions.Fraction` (never a float)."""
+    if isinstance(x, Fraction):
+        return int(x.numerator) if x.denominator == 1 else x
+    return int(x)
+
+
+def _decimal_weight(name: str, w) -> Fraction:
+    """The exact value a weight denotes: an int as is, a float as its shortest decimal repr."""
+    if isinstance(w, (int, np.integer)):
+        return Fraction(int(w))
+    return Fraction(Decimal(repr(float(w))))
 
 
 class ProblemError(IncschedError, ValueError):
@@ -77,14 +132,60 @@ class ObjectiveWeights:
             w = getattr(self, f.name)
             if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
                 raise ProblemError(f"objective weight {f.name} must be a number, got {type(w).__name__} ({w!r})")
-            if not math.isfinite(w) or w < 0:
+            if isinstance(w, (int, np.integer)):
+                if w < 0:
+                    raise ProblemError(f"objective weight {f.name} is {w}; weights must be finite and non-negative")
+            elif not math.isfinite(w) or w < 0:
                 raise ProblemError(f"objective weight {f.name} is {w}; weights must be finite and non-negative")
-            # Keep ints as ints so that JSON round trips and integer solver objectives stay exact.
-            object.__setattr__(self, f.name, int(w) if float(w).is_integer() else float(w))
+            exact = _decimal_weight(f.name, w)
+            if exact > MAX_WEIGHT:
+                shown = w if exact < 10**30 else f"{float(w):.3g}"
+                raise ProblemError(
+                    f"objective weight {f.name} is {shown}, above the largest supported weight 1e15 "
+                    "(weights are scaled to exact integers for CP-SAT's 64-bit objective); scale the weights down"
+                )
+            places = _places(exact)
+            if places > MAX_WEIGHT_DECIMALS:
+                raise ProblemError(
+                    f"objective weight {f.name} is {w!r}, which needs {places} decimal places; weights are scaled "
+                    f"to exact integers with at most {MAX_WEIGHT_DECIMALS} (round it, or scale every weight up)"
+                )
+            # Keep whole weights as ints so that JSON round trips and integer objectives stay exact.
+            object.__setattr__(self, f.name, int(exact) if exact.denominator == 1 else float(w))
 
     def as_dict(self) -> dict[str, float]:
         """The weights by term name, in the order of the objective's definition."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def exact(self) -> dict[str, Fraction]:
+        """Each weight as the exact decimal it denotes (``0.1`` is 1/10), by term name."""
+        return {name: _decimal_weight(name, w) for name, w in self.as_dict().items()}
+
+    def scaled(self) -> tuple[dict[str, int], Fraction]:
+        """The weights as integers ``c`` and one exact ``unit`` with ``weight_t == unit * c[t]``.
+
+        The rule (see the module notes): scale by 10**d for the most decimal places d of any
+        weight, then divide by the integers' greatest common divisor, so ``c`` is as small as the
+        weights allow (``mem_peak=1e9`` alone gives ``c == 1``, unit 1e9).
+
+        Examples
+        --------
+        >>> ObjectiveWeights(mem_peak=1, comm_total=1e-7).scaled()
+        ({'mem_peak': 10000000, 'comm_total': 1, 'comm_peak': 0, 'compute_peak': 0, 'spill': 0}, Fraction(1, 10000000))
+        """
+        exact = self.exact()
+        d = max((_places(x) for x in exact.values()), default=0)
+        ints = {name: int(x * 10**d) for name, x in exact.items()}
+        g = math.gcd(*ints.values()) or 1
+        return {name: c // g for name, c in ints.items()}, Fraction(g, 10**d)
+
+
+def _places(x: Fraction) -> int:
+    """Decimal places of a terminating decimal fraction (its denominator is 2**a 5**b)."""
+    den, d = x.denominator, 0
+    while 10**d % den:
+        d += 1
+    return d
 
 
 @dataclass(frozen=True)
@@ -182,9 +283,20 @@ class StageProblem:
         out = []
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-                raise ProblemError(f"{name} of stage {i} must be a number of bytes, got {v!r}")
-            if not math.isfinite(v) or v < 0 or float(v) != math.floor(v):
+                raise ProblemError(f"{name} of stage {i} must be a number of bytes, got {v!r:.80}")
+            if isinstance(v, (int, np.integer)):
+                # Integers are exact at any size: no float() on the way (2**63 - 1 is whole).
+                if v < 0:
+                    raise ProblemError(f"{name} of stage {i} is {v}; capacities are whole, non-negative byte counts")
+                out.append(int(v))
+                continue
+            if not math.isfinite(v) or v < 0 or v != math.floor(v):
                 raise ProblemError(f"{name} of stage {i} is {v}; capacities are whole, non-negative byte counts")
+            if v > MAX_EXACT_FLOAT_INT:
+                raise ProblemError(
+                    f"{name} of stage {i} is the float {float(v):.17g}, too large to be an exact byte count "
+                    "(floats are exact only up to 2**53); give it as an integer"
+                )
             out.append(int(v))
         return tuple(out)
 
@@ -193,9 +305,20 @@ class StageProblem:
         total = float(self.graph.time(self.device_kind).sum()) / slowest
         if total <= 0:
             return 1e-6
-        unit = 10.0 ** math.floor(math.log10(total / _MIN_TOTAL_TICKS))
+        if not math.isfinite(total):
+            raise ProblemError(
+                f"the compute times of graph {self.graph.name!r} add up to more than a float64 holds "
+                f"(on the slowest stage, speed {slowest:g}); they cannot be expressed in ticks"
+            )
+        # log10 of the total itself, not of total / 1e6: the quotient underflows for subnormal totals.
+        unit = 10.0 ** (math.floor(math.log10(total)) - round(math.log10(_MIN_TOTAL_TICKS)))
+        if unit == 0.0:
+            raise ProblemError(
+                f"the compute times of graph {self.graph.name!r} total {total:g} s, too small to express in ticks "
+                "(the tick would be below the smallest float64)"
+            )
         # log10 rounds: a total a hair under a power of ten can land one decade too coarse.
-        return unit / 10.0 if total / unit < _MIN_TOTAL_TICKS else unit
+        return unit / 10.0 if total / unit < _MIN_TOTAL_TICKS and unit / 10.0 > 0 else unit
 
     # ------------------------------------------------------------------ constructors
 
@@ -228,16 +351,64 @@ class StageProblem:
 
     @cached_property
     def node_ticks(self) -> np.ndarray:
-        """Integer compute ticks of each node on each stage, shape (n_nodes, K)."""
+        """Integer compute ticks of each node on each stage, shape (n_nodes, K).
+
+        Raises
+        ------
+        ProblemError
+            If the ticks of the whole graph (each node at its slowest) exceed `MAX_TOTAL_TICKS`:
+            the time unit is too fine for these times; the message names the node that dominates.
+        """
         t = np.asarray(self.graph.time(self.device_kind), dtype=np.float64)
         speed = np.asarray(self.stage_speed if self.stage_speed else [1.0] * self.n_stages)
-        out = np.rint(t[:, None] / speed[None, :] / self.time_unit).astype(np.int64)
+        with np.errstate(over="ignore"):
+            raw = np.rint(t[:, None] / speed[None, :] / self.time_unit)
+        slowest = raw.max(axis=1) if raw.size else np.zeros(len(t))
+        # Checked in float before any int64 cast: a cast of 1e30 or inf gives garbage, not an error.
+        if slowest.size and not (np.all(np.isfinite(slowest)) and float(slowest.sum()) <= MAX_TOTAL_TICKS):
+            v = int(np.argmax(np.where(np.isfinite(slowest), slowest, np.inf)))
+            raise ProblemError(
+                f"compute times of graph {self.graph.name!r} come to {float(slowest.sum()):.3g} ticks of "
+                f"{self.time_unit:g} s (node {self.graph.names[v]!r} alone {float(slowest[v]):.3g}), beyond the "
+                "supported 2**61; use a larger time_unit or faster stage speeds"
+            )
+        out = raw.astype(np.int64)
         out.setflags(write=False)
         return out
 
+    @cached_property
+    def effective_capacity(self) -> tuple[int, ...] | None:
+        """The hard capacity with every value above the graph's total parameters clamped to it.
+
+        A stage can never hold more than all parameters, so the clamp changes no answer; it keeps
+        capacities such as 5e18 or 2**70 inside int64 (and CP-SAT's domains).
+        """
+        if self.capacity is None:
+            return None
+        total = int(self.graph.param_bytes.sum())  # <= 2**62 by CompGraph's column limit
+        return tuple(min(int(c), total) for c in self.capacity)
+
     def capacity_array(self) -> np.ndarray | None:
-        """Hard capacity per stage (bytes) as an array, or None without one."""
-        return None if self.capacity is None else np.asarray(self.capacity, dtype=np.int64)
+        """Hard capacity per stage (bytes) as an int64 array (`effective_capacity`), or None without one."""
+        return None if self.capacity is None else np.asarray(self.effective_capacity, dtype=np.int64)
+
+    def term_upper_bounds(self) -> dict[str, int]:
+        """An upper bound on each objective term over all assignments, as Python ints.
+
+        What the solvers check their integer ranges with: ``mem_peak`` and ``spill`` at most all
+        parameters, ``comm_total`` every edge across all K-1 boundaries, ``comm_peak`` every edge,
+        ``compute_peak`` every node at its slowest.
+        """
+        params = int(self.graph.param_bytes.sum())
+        comm = int(self.edge_comm.sum())
+        ticks = int(self.node_ticks.max(axis=1).sum()) if self.graph.n_nodes and self.n_stages else 0
+        return {
+            "mem_peak": params,
+            "comm_total": comm * (self.n_stages - 1),
+            "comm_peak": comm,
+            "compute_peak": ticks,
+            "spill": params,
+        }
 
     # ------------------------------------------------------------------ feasibility
 
@@ -250,19 +421,19 @@ class StageProblem:
         """
         if self.capacity is None:
             return None
-        cap = np.asarray(self.capacity, dtype=np.int64)
+        # Python ints throughout: capacities may exceed int64, and their sum must not wrap.
+        largest, room = max(self.capacity), sum(self.capacity)
         p = self.graph.param_bytes
-        too_big = np.flatnonzero(p > cap.max())
-        if too_big.size:
-            v = int(too_big[np.argmax(p[too_big])])
+        biggest = int(np.argmax(p)) if p.size else -1
+        if biggest >= 0 and int(p[biggest]) > largest:
             return (
-                f"node {self.graph.names[v]!r} has {int(p[v])} parameter bytes, more than any stage's "
-                f"capacity (largest {int(cap.max())} bytes)"
+                f"node {self.graph.names[biggest]!r} has {int(p[biggest])} parameter bytes, more than any stage's "
+                f"capacity (largest {largest} bytes)"
             )
-        if int(p.sum()) > int(cap.sum()):
+        if int(p.sum()) > room:
             return (
                 f"the graph's {int(p.sum())} parameter bytes exceed the {self.n_stages} stages' total capacity "
-                f"of {int(cap.sum())} bytes"
+                f"of {room} bytes"
             )
         return None
 
@@ -327,7 +498,7 @@ class StageProblem:
                 raise ProblemError(f"a window needs (lo, hi) arrays of shape ({n},), got {lo.shape} and {hi.shape}")
             allowed &= (stage_ids[None, :] >= lo[:, None]) & (stage_ids[None, :] <= hi[:, None])
         if self.capacity is not None:
-            allowed &= g.param_bytes[:, None] <= np.asarray(self.capacity, dtype=np.int64)[None, :]
+            allowed &= g.param_bytes[:, None] <= self.capacity_array()[None, :]
         self._raise_if_empty(allowed, "its window and the stages' capacities leave it no stage")
         first = np.where(allowed.any(axis=1), allowed.argmax(axis=1), K).tolist()
         last = np.where(allowed.any(axis=1), K - 1 - allowed[:, ::-1].argmax(axis=1), -1).tolist()
