@@ -3,6 +3,8 @@ instances, respect windows, repeat exactly in deterministic mode, and report inf
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import itertools
 
 import numpy as np
@@ -98,8 +100,10 @@ def test_zero_weight_nodes_get_no_booleans():
 
 
 def test_fractional_weights_are_scaled_and_reported_unscaled():
-    assert integer_weights({"a": 0.25, "b": 3}) == ({"a": 25, "b": 300}, 100)
+    ints, unit = integer_weights({"mem_peak": 0.25, "comm_total": 3})
+    assert ints["mem_peak"] == 1 and ints["comm_total"] == 12 and unit == Fraction(1, 4)
     p = StageProblem(diamond(), 2, ObjectiveWeights(mem_peak=0.5, comm_total=0.25))
     out = solve_stage(p, FAST)
     ev = evaluate_stages(p, out.assignment)
-    assert out.info["weight_scale"] == 100 and out.objective == pytest.approx(ev.objective)
+    assert out.info["weight_unit"] == "1/4" and out.objective == ev.objective  # exact, not approx
+    assert isinstance(out.objective, (int, Fraction)) and out.bound == out.objective

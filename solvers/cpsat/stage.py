@@ -4,6 +4,16 @@ One integer stage per node; one Boolean per node and allowed stage only for node
 changes a load (parameters, compute, or boundary traffic under ``comm_peak``); ``comm_total`` is
 linear in the stages. Windows from the relaxation step restrict the domains; a hint (a full stage
 assignment, typically a pre-scheduler's incumbent) warm-starts the search.
+
+Exact numbers. The weights become integers by `ObjectiveWeights.scaled` (one exact decimal rule:
+``weight_t == unit * c_t``), so CP-SAT minimises ``sum(c_t * term_t)`` over integers. Before the
+model is built `check_model_range` proves that every coefficient, every constraint's worst case and
+the worst objective stay within `CPSAT_LIMIT` (2**62, half of int64, the margin CP-SAT's own
+overflow checks need); otherwise `solve_stage` raises `ProblemError` naming the term and the limit.
+The returned ``objective`` is recomputed from the solution's stages in Python ints and multiplied
+by the unit; the ``bound`` is CP-SAT's integer bound, read back from its float64 report
+conservatively (rounded down by one ulp above 2**53). Both are a Python int when whole, else a
+`fractions.Fraction`, in the problem's own units, so they compare with `evaluate_stages` by ``==``.
 """
 
 from __future__ import annotations
@@ -11,20 +21,26 @@ from __future__ import annotations
 import logging
 import math
 import time
+from fractions import Fraction
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from incsched.problems.stage import StageProblem
+from incsched.problems.stage import ProblemError, StageProblem, exact_number
 
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
 
-__all__ = ["solve_stage", "integer_weights"]
+__all__ = ["solve_stage", "integer_weights", "check_model_range", "CPSAT_LIMIT"]
 
 log = logging.getLogger(__name__)
 
 BACKEND = "cpsat"
+
+#: Largest magnitude any coefficient, constraint or the objective may reach in the model. CP-SAT
+#: works in int64 and refuses (or, in presolve, may overflow on) sums near 2**63; half of that
+#: leaves the margin its own checks ask for.
+CPSAT_LIMIT = 2**62
 
 
 def solve_stage(
@@ -53,9 +69,16 @@ def solve_stage(
         ``objective`` and ``bound`` are the weighted objective in the problem's integer units
         (bytes, edges, ticks of ``problem.time_unit``), the same as `evaluate_stages` computes;
         ``status`` is ``optimal`` for the model given (the window's optimum when a window is set).
+        Both are exact: a Python int when whole, else a `fractions.Fraction` (see the module notes).
         An infeasibility visible before solving (a node too big for every stage, a window leaving a
         node no stage) gives ``infeasible`` with the reason in ``info["reason"]``; the solver does
-        not run. ``info`` also carries ``time_unit``, ``weight_scale`` and the model's size.
+        not run. ``info`` also carries ``time_unit``, ``weight_unit`` (the exact unit of the integer
+        weights, as a string such as ``"1/10000000"``), ``integer_weights`` and the model's size.
+
+    Raises
+    ------
+    ProblemError
+        If the model's integers could pass `CPSAT_LIMIT` (`check_model_range`); nothing is solved.
     """
     start = time.perf_counter()
     info: dict = {"time_unit": problem.time_unit}
@@ -64,7 +87,8 @@ def solve_stage(
         info["reason"] = reason
         return SolverOutput("infeasible", None, None, None, time.perf_counter() - start, BACKEND, info=info)
 
-    weights, scale = integer_weights(problem.weights.as_dict())
+    weights, unit = integer_weights(problem.weights.as_dict())
+    check_model_range(problem, weights)
     model = _StageModel(problem, allowed, weights)
     if hint is not None:
         model.add_hint(np.asarray(hint, dtype=np.int64))
@@ -76,17 +100,23 @@ def solve_stage(
     assignment = objective = bound = None
     if status in ("optimal", "feasible"):
         assignment = np.asarray([solver.Value(s) for s in model.stage], dtype=np.int64)
-        objective = _unscale(model.solution_cost(solver), scale)
-        if objective != _unscale(solver.ObjectiveValue(), scale):
+        cost = model.solution_cost(solver)  # exact, in Python ints
+        objective = exact_number(unit * cost)
+        if cost != round(solver.ObjectiveValue()):
             # Presolve may relax a peak's max-equality to >= (the objective pushes it down), so a
             # solution cut off by the time limit can carry a slack peak: report what it costs.
-            log.info("stage CP-SAT objective %s carries slack; the solution costs %s", solver.ObjectiveValue(), objective)
-        bound = objective if status == "optimal" else min(objective, _unscale(solver.BestObjectiveBound(), scale))
+            # (Above 2**53 the float report also differs by rounding alone.)
+            log.info("stage CP-SAT objective %s carries slack; the solution costs %s", solver.ObjectiveValue(), cost)
+        if status == "optimal":
+            bound = objective
+        else:
+            bound = exact_number(unit * min(cost, _float_bound_floor(solver.BestObjectiveBound())))
     elif status == "infeasible":
         info["reason"] = "CP-SAT proved that no assignment meets the capacities within the window"
     proto = model.model.Proto()
     info.update(
-        weight_scale=scale,
+        weight_unit=str(unit),
+        integer_weights=weights,
         n_variables=len(proto.variables),
         n_constraints=len(proto.constraints),
         n_stage_booleans=model.n_booleans,
@@ -102,25 +132,79 @@ def solve_stage(
     return SolverOutput(status, assignment, objective, bound, time.perf_counter() - start, BACKEND, info=info)
 
 
-def integer_weights(weights: dict[str, float], max_digits: int = 6) -> tuple[dict[str, int], int]:
-    """Objective weights as integers times a common power of ten, for CP-SAT's integer objective.
+def integer_weights(weights: dict[str, float]) -> tuple[dict[str, int], Fraction]:
+    """Objective weights as integers and the exact unit they are counted in (``w == unit * c``).
 
-    Returns the integer weights and the scale (10**d, the least d <= ``max_digits`` that makes every
-    weight whole); with more decimals than that the weights are rounded at 10**max_digits.
+    The one scaling rule of `ObjectiveWeights.scaled` (each weight as its shortest decimal, a
+    common power of ten, divided by the gcd); weights it cannot scale raise `ProblemError`.
     """
-    for d in range(max_digits + 1):
-        scale = 10**d
-        scaled = {k: w * scale for k, w in weights.items()}
-        if all(abs(x - round(x)) <= 1e-9 * max(1.0, abs(x)) for x in scaled.values()):
-            return {k: int(round(x)) for k, x in scaled.items()}, scale
-    scale = 10**max_digits
-    log.warning("objective weights %s rounded to multiples of 1e-%d for CP-SAT", weights, max_digits)
-    return {k: int(round(w * scale)) for k, w in weights.items()}, scale
+    from incsched.problems.stage import ObjectiveWeights
+
+    return ObjectiveWeights(**weights).scaled()
 
 
-def _unscale(value: float, scale: int) -> float:
-    value = round(value)  # CP-SAT's objective is integral; its float carries no fraction
-    return value // scale if value % scale == 0 else value / scale
+def check_model_range(problem: StageProblem, weights: dict[str, int] | None = None) -> None:
+    """Refuse a model whose integers could leave CP-SAT's safe range, before it is built.
+
+    Checks, in Python ints: each used term's upper bound times its integer weight, their sum (the
+    worst objective), and the longest linear sums the model writes (a stage's parameters or ticks,
+    ``comm_total`` as sum_v stage_v * net_v, a boundary's traffic), all against `CPSAT_LIMIT`.
+
+    Raises
+    ------
+    ProblemError
+        Naming the term or sum, its size as a power of two and the limit, and what to scale down.
+    """
+    if weights is None:
+        weights = problem.weights.scaled()[0]
+    ub = problem.term_upper_bounds()
+    K = problem.n_stages
+    comm = int(problem.edge_comm.sum())
+    # The model's longest sums, whatever the weights (the capacity constraint sums parameters too).
+    sums = {"one stage's parameters": ub["mem_peak"], "one stage's ticks": ub["compute_peak"] if weights["compute_peak"] else 0}
+    if weights["comm_total"]:
+        sums["comm_total (edges' units times K-1, counted on both ends)"] = 2 * comm * max(K - 1, 0)
+    if weights["comm_peak"]:
+        sums["a boundary's traffic (counted on both ends)"] = 2 * comm
+    for what, size in sums.items():
+        if size > CPSAT_LIMIT:
+            raise ProblemError(
+                f"stage problem on graph {problem.graph.name!r}: {what} reaches {_pow2(size)}, beyond CP-SAT's "
+                "2^62 limit; scale the graph's byte counts down (e.g. to KiB) or use a coarser time_unit"
+            )
+    worst = 0
+    for term, c in weights.items():
+        if c:
+            part = c * ub[term]
+            if part > CPSAT_LIMIT:
+                raise ProblemError(
+                    f"stage problem on graph {problem.graph.name!r}: the {term} term (integer weight {c} times up to "
+                    f"{ub[term]}) reaches {_pow2(part)}, beyond CP-SAT's 2^62 limit; lower its weight relative to the "
+                    "others or scale the graph's byte counts down"
+                )
+            worst += part
+    if worst > CPSAT_LIMIT:
+        raise ProblemError(
+            f"stage problem on graph {problem.graph.name!r}: the objective's range {_pow2(worst)} exceeds CP-SAT's "
+            "2^62 limit; lower the weights' spread or scale the graph's byte counts down"
+        )
+
+
+def _pow2(x: int) -> str:
+    return f"2^{math.log2(x):.1f}" if x > 0 else "0"
+
+
+def _float_bound_floor(b: float) -> int:
+    """An integer no larger than the integer bound CP-SAT reported as the float ``b``.
+
+    CP-SAT's bound is an integer internally; its float64 report is exact below 2**53 and within an
+    ulp above, so one ulp down (exactly, in fractions) is a bound that never overclaims.
+    """
+    if not math.isfinite(b):
+        return 0  # no bound reported: every term is non-negative, so 0 is one
+    if abs(b) < 2**53 and b == math.floor(b):
+        return int(b)
+    return math.ceil(Fraction(b) - Fraction(math.ulp(b)))
 
 
 class _StageModel:
@@ -133,9 +217,10 @@ class _StageModel:
         self.K = K
         comm = problem.edge_comm
         # comm_total = sum_e c_e (s_v - s_u) = sum_v s_v (c_in(v) - c_out(v)).
-        self.net_comm = (
-            np.bincount(g.dst, weights=comm, minlength=g.n_nodes) - np.bincount(g.src, weights=comm, minlength=g.n_nodes)
-        ).astype(np.int64)
+        # Integer sums (np.add.at), not a float bincount: bytes above 2**53 must not round.
+        self.net_comm = np.zeros(g.n_nodes, dtype=np.int64)
+        np.add.at(self.net_comm, g.dst, comm)
+        np.add.at(self.net_comm, g.src, -comm)
         cap_needed = problem.capacity is not None
         self.use_mem = weights["mem_peak"] > 0 or weights["spill"] > 0 or cap_needed
         self.use_time = weights["compute_peak"] > 0
@@ -232,13 +317,15 @@ class _StageModel:
         loads = [self._stage_sum(coef, k) for k in range(K)]
         total = int(p.sum())
         out = []
-        cap = self.problem.capacity
+        cap = self.problem.effective_capacity  # clamped to the total: int64-safe, same answers
         if cap is not None:
             for k in range(K):
-                self.model.Add(loads[k] <= cap[k])
+                if cap[k] < total:  # a capacity of at least everything constrains nothing
+                    self.model.Add(loads[k] <= cap[k])
         if w["mem_peak"] > 0:
             # Stages are ordered, so there is no symmetry to break; the average is a valid floor.
-            floor = max(math.ceil(total / K), int(p.max(initial=0)))
+            # Integer ceiling: total / K in float64 can round up past the true floor above 2**53.
+            floor = max(-(-total // K), int(p.max(initial=0)))
             peak = self.model.NewIntVar(floor, max(total, floor), "mem_peak")
             # Equalities, not >=: a solution cut off by the time limit must not carry a slack
             # peak, or its reported objective would exceed what its stages actually cost.
@@ -247,7 +334,8 @@ class _StageModel:
             self.term_parts["mem_peak"] = ("max", loads)
             out.append(w["mem_peak"] * peak)
         if w["spill"] > 0:
-            spill_cap = self.problem.spill_capacity
+            # Clamped like the hard capacity: above the total no stage ever spills.
+            spill_cap = [min(int(c), total) for c in self.problem.spill_capacity]
             spills = []
             for k in range(K):
                 s_k = self.model.NewIntVar(0, total, f"spill[{k}]")
@@ -269,7 +357,7 @@ class _StageModel:
         loads = [self._stage_sum(ticks, k) for k in range(K)]
         floor = 0
         if self.problem.stage_speed is None or len(set(self.problem.stage_speed)) == 1:
-            floor = max(math.ceil(int(ticks[:, 0].sum()) / K), int(ticks.max(initial=0)))
+            floor = max(-(-int(ticks[:, 0].sum()) // K), int(ticks.max(initial=0)))
         most = max(int(ticks.max(axis=1).sum()), floor)
         peak = self.model.NewIntVar(floor, most, "compute_peak")
         self._max_equality(peak, loads, 0, most, "ticks")
@@ -351,11 +439,12 @@ class _StageModel:
         values = {
             "mem_peak": int(mem.max()),
             "compute_peak": int(ticks.max()),
-            "comm_total": int((comm * (stages[g.dst] - stages[g.src])).sum()),
+            "comm_total": sum(boundary),  # Python ints: (K-1) times the edges' bytes may pass int64
             "comm_peak": max(boundary, default=0),
         }
         if self.problem.spill_capacity is not None:
-            over = mem - np.asarray(self.problem.spill_capacity, dtype=np.int64)
+            total = int(g.param_bytes.sum())
+            over = mem - np.asarray([min(int(c), total) for c in self.problem.spill_capacity], dtype=np.int64)
             values["spill"] = int(np.maximum(over, 0).sum())
             for k, var in enumerate(getattr(self, "spill_parts", [])):
                 self.model.AddHint(var, int(max(over[k], 0)))
