@@ -32,3 +32,8 @@ class CaptureError(IncschedError, RuntimeError):
 
 class UnknownNameError(IncschedError, ValueError):
     """A method or pre-scheduler name that incsched does not know; the message lists the known ones."""
+
+
+class LimitError(FormatError):
+    """An input is larger than a configured limit (`incsched.limits`); the message names the limit
+    and the environment variable that raises it."""

@@ -11,29 +11,42 @@ from pathlib import Path
 from ..errors import FormatError
 from ..graph import CompGraph
 from ..jsonio import read_json, write_json
+from ..limits import InputLimits, input_limits
 from .json_graph import graph_from_dict, graph_to_dict
 
 __all__ = ["load_graph", "save_graph", "graph_to_dict", "graph_from_dict"]
 
 
-def load_graph(path: str | os.PathLike) -> CompGraph:
+def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) -> CompGraph:
     """Read a graph file: ``.json`` / ``.json.gz`` (incsched), ``.gml`` (ICML'24 peer form).
+
+    Parameters
+    ----------
+    path : path-like
+    limits : InputLimits, optional
+        Largest file (decompressed), node and edge counts and JSON nesting accepted; default
+        `incsched.limits.input_limits()` (the ``INCSCHED_MAX_*`` environment variables).
 
     Raises
     ------
     FormatError
         Unknown extension, malformed file, or unsupported version; the message names the file.
+    LimitError
+        The file or the graph is larger than ``limits`` allow.
     GraphError
         The file is well-formed but describes an invalid graph.
+    OSError
+        The file cannot be read (missing, a folder, no permission).
     """
     path = Path(path)
     suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".gz") else path.suffix
+    lim = input_limits(limits)
     if suffix in (".json", ".json.gz"):
-        return graph_from_dict(read_json(path), source=str(path))
+        return graph_from_dict(read_json(path, limits=lim), source=str(path), limits=lim)
     if suffix in (".gml", ".gml.gz"):
         from .gml import read_gml
 
-        return read_gml(path)
+        return read_gml(path, limits=lim)
     raise FormatError(f"{path}: unknown graph file type {suffix!r} (expected .json, .json.gz or .gml)")
 
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import FormatError, GraphError
 from ..graph import CompGraph
-from ..jsonio import atomic_write_bytes
+from ..jsonio import atomic_write_bytes, read_limited
+from ..limits import InputLimits, check_count, input_limits
 
 __all__ = ["read_csv_tables", "write_csv_tables"]
 
@@ -27,7 +28,7 @@ _TIME_PREFIX = "time_"
 
 
 def read_csv_tables(
-    nodes_csv: str | os.PathLike, edges_csv: str | os.PathLike, name: str | None = None
+    nodes_csv: str | os.PathLike, edges_csv: str | os.PathLike, name: str | None = None, *, limits: InputLimits | None = None
 ) -> CompGraph:
     """Read a graph from a node table and an edge table.
 
@@ -41,6 +42,9 @@ def read_csv_tables(
         Header ``src,dst[,bytes]``, one row per edge, endpoints given by node name.
     name : str, optional
         The graph's name; default the node file's stem without a trailing ``_nodes``.
+    limits : InputLimits, optional
+        Largest file, node and edge counts accepted; default `incsched.limits.input_limits()`
+        (the ``INCSCHED_MAX_*`` environment variables).
 
     Returns
     -------
@@ -53,6 +57,8 @@ def read_csv_tables(
         An empty file, a missing or duplicate header column, an unknown column, a row with the
         wrong number of cells, an empty cell, a bad or negative number, a duplicate node name or
         an edge to an unknown node; the message names the file, line and column.
+    LimitError
+        A file larger than ``limits.max_file_bytes``, or more nodes or edges than allowed.
     GraphError
         A self-loop, duplicate edge or cycle; the message starts with the edge file's name.
 
@@ -61,7 +67,9 @@ def read_csv_tables(
     >>> g = read_csv_tables("resnet_nodes.csv", "resnet_edges.csv")  # doctest: +SKIP
     """
     nodes_path, edges_path = Path(nodes_csv), Path(edges_csv)
-    header, rows = _read_table(nodes_path)
+    lim = input_limits(limits)
+    header, rows = _read_table(nodes_path, lim.max_file_bytes)
+    check_count("nodes", len(rows), lim.max_nodes, "max_nodes", str(nodes_path))
     cols = _columns(header, nodes_path, required=("name",), allowed=_NODE_COLUMNS, time_prefix=True)
     names: list[str] = []
     seen: dict[str, int] = {}
@@ -82,7 +90,8 @@ def read_csv_tables(
         if col.startswith(_TIME_PREFIX)
     }
 
-    e_header, e_rows = _read_table(edges_path)
+    e_header, e_rows = _read_table(edges_path, lim.max_file_bytes)
+    check_count("edges", len(e_rows), lim.max_edges, "max_edges", str(edges_path))
     e_cols = _columns(e_header, edges_path, required=("src", "dst"), allowed=_EDGE_COLUMNS, time_prefix=False)
     index = {nm: i for i, nm in enumerate(names)}
     ends = {}
@@ -162,10 +171,10 @@ def write_csv_tables(graph: CompGraph, nodes_csv: str | os.PathLike, edges_csv: 
 # ---------------------------------------------------------------------- reading helpers
 
 
-def _read_table(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def _read_table(path: Path, max_bytes: int) -> tuple[list[str], list[tuple[int, list[str]]]]:
     try:
         # utf-8-sig: spreadsheets often start CSV files with a byte-order mark.
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_limited(path, max_bytes).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise FormatError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)

@@ -23,7 +23,9 @@ import numpy as np
 
 from ..errors import FormatError, GraphError
 from ..graph import CompGraph
-from ..jsonio import atomic_write_bytes
+from ..jsonio import atomic_write_bytes, read_limited
+from ..limits import InputLimits, check_count, input_limits
+from .json_graph import check_text
 
 __all__ = ["read_gml", "write_gml", "parse_gml"]
 
@@ -32,19 +34,27 @@ _TOKEN = re.compile(r'#[^\n]*|"[^"]*"|[\[\]]|[^\s\[\]"#]+|"')
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INT = re.compile(r"[+-]?[0-9]+")
 _ENTITY = re.compile(r"&(#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z][A-Za-z0-9]*);")
+_STRING_OR_COMMENT = re.compile(r'"[^"]*"|#[^\n]*')
+_NODE_KEY = re.compile(r"(?<![A-Za-z0-9_])node\s*\[")
+_EDGE_KEY = re.compile(r"(?<![A-Za-z0-9_])edge\s*\[")
+#: Digits beyond which int() refuses a number (sys.get_int_max_str_digits()'s default).
+_MAX_DIGITS = 4300
 _REAL = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 #: One parsed list: ``(key, value, token_index)`` triples; a value is int, float, str or a list.
 GmlList = list
 
 
-def read_gml(path: str | os.PathLike) -> CompGraph:
+def read_gml(path: str | os.PathLike, *, limits: InputLimits | None = None) -> CompGraph:
     """Read a GML file (optionally gzipped) into a `CompGraph`.
 
     Parameters
     ----------
     path : path-like
         A ``.gml`` or ``.gml.gz`` file holding one ``graph [ directed 1 ... ]``.
+    limits : InputLimits, optional
+        Largest file (decompressed), node and edge counts accepted; default
+        `incsched.limits.input_limits()` (the ``INCSCHED_MAX_*`` environment variables).
 
     Returns
     -------
@@ -55,7 +65,11 @@ def read_gml(path: str | os.PathLike) -> CompGraph:
     ------
     FormatError
         Malformed GML, an undirected graph, a node without ``id``, an edge to an unknown ``id``,
-        a ``parameter`` that is not a non-negative integer; the message names the file and line.
+        a ``parameter`` that is not a non-negative integer below 2**63, a label or ``op`` that is
+        a list, a name with a NUL character or a lone surrogate; the message names the file and line.
+    LimitError
+        The file, or its node or edge count, is larger than ``limits`` allow (checked before the
+        file is parsed).
     GraphError
         The file is well-formed but describes an invalid graph (a cycle, a duplicate edge or
         label); the message starts with the file name.
@@ -67,7 +81,13 @@ def read_gml(path: str | os.PathLike) -> CompGraph:
     (949, 2730)
     """
     path = Path(path)
-    text = _read_text(path)
+    lim = input_limits(limits)
+    text = _read_text(path, lim.max_file_bytes)
+    # Counted before parsing, which takes about ten times the file's size in memory.
+    skeleton = _STRING_OR_COMMENT.sub("", text)
+    check_count("nodes", len(_NODE_KEY.findall(skeleton)), lim.max_nodes, "max_nodes", str(path))
+    check_count("edges", len(_EDGE_KEY.findall(skeleton)), lim.max_edges, "max_edges", str(path))
+    del skeleton
     top = parse_gml(text, source=str(path))
     return _graph_from_gml(top, text, path)
 
@@ -170,7 +190,7 @@ def parse_gml(text: str, *, source: str = "<gml>") -> GmlList:
                 raise _error(text, source, i + 1, "unterminated string")
             s = v[1:-1]
             cur.append((t, _unescape(s) if "&" in s else s, i))
-        elif v.isdecimal():  # the common case, worth its own branch on 10,000-node files
+        elif v.isdecimal() and len(v) <= _MAX_DIGITS:  # the common case, worth its own branch on 10,000-node files
             cur.append((t, int(v), i))
         elif v == "]":
             raise _error(text, source, i, f"key {t!r} has no value")
@@ -198,6 +218,8 @@ def _entity_char(m: re.Match) -> str:
 
 
 def _number(tok: str, text: str, source: str, i: int) -> int | float:
+    if len(tok) > _MAX_DIGITS:
+        raise _error(text, source, i, f"a number of {len(tok):,} characters, more than the {_MAX_DIGITS} digits supported")
     if _INT.fullmatch(tok):
         return int(tok)
     if _REAL.fullmatch(tok):
@@ -227,13 +249,8 @@ def _error(text: str, source: str, tok_index: int, what: str) -> FormatError:
 # ---------------------------------------------------------------------- GML -> CompGraph
 
 
-def _read_text(path: Path) -> str:
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise FormatError(f"{path}: not a readable gzip file ({exc})") from None
+def _read_text(path: Path, max_bytes: int) -> str:
+    raw = read_limited(path, max_bytes)
     try:
         # GML is ASCII with &#N; escapes; Latin-1 is what the GML spec names for raw bytes.
         return raw.decode("utf-8")
@@ -269,18 +286,18 @@ def _graph_from_gml(top: GmlList, text: str, path: Path) -> CompGraph:
                 raise _error(text, source, tok, "node has no integer 'id'")
             if node_id in ids:
                 raise _error(text, source, tok, f"duplicate node id {node_id}")
-            label = fields.get("label", str(node_id))
-            if not isinstance(label, str):
-                label = str(label)
+            label = _text_field(fields, "label", str(node_id), tok, text, source, f"node {node_id}")
             ids[node_id] = len(names)
             names.append(label)
             params.append(_bytes_field(fields, "parameter", tok, text, source, f"node {label!r}"))
-            op = fields.get("op", "op")
-            ops.append(op if isinstance(op, str) else str(op))
+            ops.append(_text_field(fields, "op", "op", tok, text, source, f"node {label!r}"))
             fl = fields.get("flops", 0)
-            if isinstance(fl, str):
-                raise _error(text, source, tok, f"node {label!r}: 'flops' must be a number")
-            flops.append(float(fl))
+            if not isinstance(fl, (int, float)):
+                raise _error(text, source, tok, f"node {label!r}: 'flops' must be a number, got {_kind(fl)}")
+            try:
+                flops.append(float(fl))
+            except OverflowError:
+                raise _error(text, source, tok, f"node {label!r}: 'flops' {fl:.3g} is too large for a float64") from None
             if "out_bytes" in fields:
                 out_given[len(names) - 1] = _bytes_field(fields, "out_bytes", tok, text, source, f"node {label!r}")
     for key, value, tok in body:
@@ -345,8 +362,28 @@ def _fields(items: Any, tok: int, text: str, source: str, what: str, known: tupl
 def _bytes_field(fields: dict, key: str, tok: int, text: str, source: str, where: str) -> int:
     value = fields.get(key, 0)
     if not isinstance(value, int) or value < 0:
-        raise _error(text, source, tok, f"{where}: '{key}' must be a non-negative integer, got {value!r}")
+        shown = repr(value) if not isinstance(value, list) else "a list"
+        raise _error(text, source, tok, f"{where}: '{key}' must be a non-negative integer, got {shown}")
+    if value >= 2**63:
+        raise _error(text, source, tok, f"{where}: '{key}' is {value}, beyond a 64-bit byte count (2**63 - 1)")
     return value
+
+
+def _text_field(fields: dict, key: str, default: str, tok: int, text: str, source: str, where: str) -> str:
+    # Numbers are written as text (the peer's labels are ints), lists are refused: they are no name.
+    value = fields.get(key, default)
+    if isinstance(value, list):
+        raise _error(text, source, tok, f"{where}: '{key}' must be a string or a number, got a list")
+    value = value if isinstance(value, str) else str(value)
+    try:
+        check_text(value, f"'{key}'", "")
+    except FormatError as exc:
+        raise _error(text, source, tok, f"{where}: {str(exc).removeprefix(': ')}") from None
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "a list" if isinstance(value, list) else f"{type(value).__name__} {value!r}"
 
 
 # ---------------------------------------------------------------------- writing helpers
