@@ -1,0 +1,121 @@
+"""Old vs new global lower bounds on placement makespans, and the certified gaps they give.
+
+For generated graphs like issue 16's (``generators.dataflow`` chained_matmul, ffnn,
+transformer_block with 1-2 blocks; transfers about 4x compute; 4 and 8 identical devices) this
+prints, per instance: the old bound (`PlacementProblem.lower_bound_ticks`), the new one
+(`incsched.placement_bounds.placement_bound`) with each family's value and compute time, the best
+makespan known (the best of the placement baselines, `local_search`, and ``solve(problem, "rl",
+time_limit=...)``), and the gaps (UB - LB) / UB with either bound. Upper bounds can be cached in
+a JSON file (``--cache``) so the bounds can be re-measured without re-solving.
+
+    .venv/bin/python benchmarks/placement_bounds.py --rl-seconds 20 --cache /tmp/placement_ub.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from incsched.baselines.placement import critical_path_list, heft  # noqa: E402
+from incsched.baselines.placement_local import local_search  # noqa: E402
+from incsched.evaluate.simulate import simulate  # noqa: E402
+from incsched.generators import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block  # noqa: E402
+from incsched.placement_bounds import placement_bound_details  # noqa: E402
+from incsched.problems.placement import PlacementProblem  # noqa: E402
+
+GRAPHS = {
+    "transformer_1b": lambda: transformer_block(),
+    "transformer_2b": lambda: transformer_block(n_blocks=2),
+    "ffnn_8x4": lambda: ffnn(),
+    "ffnn_6x3": lambda: ffnn(n_layers=6, tiles=3),
+    "chained_matmul_8x2": lambda: chained_matmul(),
+    "chained_matmul_6x3": lambda: chained_matmul(n_matrices=6, tiles=3),
+}
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+
+
+def upper_bound(p: PlacementProblem, rl_seconds: float) -> tuple[int, str]:
+    best, who = None, ""
+    for name, fn in (("critical_path_list", critical_path_list), ("heft", heft), ("local_search", local_search)):
+        m = simulate(p, fn(p), "ordered").makespan
+        if best is None or m < best:
+            best, who = int(m), name
+    if rl_seconds > 0:
+        from incsched.solve import solve
+
+        res = solve(p, "rl", time_limit=rl_seconds)
+        if res.objective is not None and int(res.objective) < best:
+            best, who = int(res.objective), "rl"
+    return best, who
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graphs", nargs="*", default=list(GRAPHS))
+    ap.add_argument("--devices", nargs="*", type=int, default=[4, 8])
+    ap.add_argument("--comm-ratio", type=float, default=4.0)
+    ap.add_argument("--rl-seconds", type=float, default=20.0, help="time_limit of solve(p, 'rl'); 0 skips it")
+    ap.add_argument("--cache", help="JSON file of upper bounds (read if present, updated)")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+
+    print("command:", " ".join([os.path.relpath(sys.executable)] + sys.argv))
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cpus, load {_load()} (start)")
+    cache = {}
+    if args.cache and os.path.exists(args.cache):
+        with open(args.cache) as fh:
+            cache = json.load(fh)
+    rows = []
+    head = f"{'instance':<24}{'n':>5}{'old LB':>9}{'new LB':>9}{'UB':>9}  {'UB by':<13}{'gap old':>8}{'gap new':>8}{'bound s':>8}  families"
+    print(head)
+    print("-" * len(head))
+    for gname in args.graphs:
+        g = GRAPHS[gname]()
+        bw = bandwidth_for_comm_ratio(g, args.comm_ratio)
+        for D in args.devices:
+            p = PlacementProblem.identical(g, D, bandwidth=bw)
+            key = f"{gname}/D{D}/r{args.comm_ratio}/rl{args.rl_seconds}"
+            if key not in cache:
+                cache[key] = upper_bound(p, args.rl_seconds)
+                if args.cache:
+                    with open(args.cache, "w") as fh:
+                        json.dump(cache, fh, indent=1)
+            ub, who = cache[key]
+            t0 = time.perf_counter()
+            old = p.lower_bound_ticks()
+            t_old = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            det = placement_bound_details(p)
+            t_new = time.perf_counter() - t0
+            new = det["bound"]
+            assert new <= ub, (key, new, ub)
+            fam = " ".join(f"{k}={v}" for k, v in det.items() if k not in ("bound", "trivial"))
+            row = {
+                "instance": f"{gname}/D{D}", "nodes": p.n_nodes, "old_lb": old, "new_lb": new, "ub": ub, "ub_by": who,
+                "gap_old": (ub - old) / ub, "gap_new": (ub - new) / ub, "seconds_old": t_old, "seconds_new": t_new, "families": det,
+            }
+            rows.append(row)
+            print(f"{row['instance']:<24}{p.n_nodes:>5}{old:>9}{new:>9}{ub:>9}  {who:<13}{row['gap_old']:>8.1%}{row['gap_new']:>8.1%}{t_new:>8.3f}  {fam}")
+    for D in args.devices:
+        sel = [r for r in rows if r["instance"].endswith(f"/D{D}")]
+        if sel:
+            print(f"mean gap, {D} devices: old {sum(r['gap_old'] for r in sel) / len(sel):.1%}, new {sum(r['gap_new'] for r in sel) / len(sel):.1%}"
+                  f" ({len(sel)} instances; bound time max {max(r['seconds_new'] for r in sel):.3f} s)")
+    print(f"load {_load()} (end)")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""Tests of incsched.placement_bounds: every family is at most the true optimum (brute force or a proven CP-SAT optimum)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from incsched.evaluate.simulate import simulate
+from incsched.graph import CompGraph
+from incsched.placement_bounds import (
+    INF,
+    anchored_heads,
+    anchored_tails,
+    energy_bound,
+    path_bound,
+    placement_bound,
+    placement_bound_details,
+    segment_sum_bound,
+    transfer_heads,
+    transfer_tails,
+)
+from incsched.problems.placement import Device, Links, Placement, PlacementProblem
+from solvers import SolverSettings
+from solvers.cpsat.placement import solve_placement
+
+EXACT = SolverSettings(time_limit=20.0, max_deterministic_time=10.0)
+
+
+def make_problem(n, edges, secs, out, *, D=2, speeds=None, latency=0.0, bandwidth=10.0, memory=None, params=None):
+    g = CompGraph([f"n{i}" for i in range(n)], [u for u, _ in edges], [v for _, v in edges], out_bytes=out,
+                  param_bytes=params, compute_time={"cpu": [float(s) for s in secs]})
+    speeds = speeds or [1.0] * D
+    devices = [Device(f"d{i}", speed=speeds[i], memory=memory) for i in range(D)]
+    return PlacementProblem(g, devices, Links(latency=latency, bandwidth=bandwidth), time_unit=1.0)
+
+
+@st.composite
+def problems(draw, max_nodes=5, max_devices=3, hetero=True):
+    n = draw(st.integers(1, max_nodes))
+    edges = [(u, v) for v in range(n) for u in range(v) if draw(st.integers(0, 2)) == 0]
+    secs = draw(st.lists(st.integers(1, 6), min_size=n, max_size=n))
+    out = draw(st.lists(st.integers(0, 60), min_size=n, max_size=n))
+    D = draw(st.integers(1, max_devices))
+    speeds = None
+    latency: float | np.ndarray = draw(st.sampled_from([0.0, 1.0]))
+    bandwidth: float | np.ndarray = 10.0
+    if hetero and D > 1 and draw(st.booleans()):
+        speeds = draw(st.lists(st.sampled_from([1.0, 1.0, 2.0]), min_size=D, max_size=D))
+    if hetero and D > 1 and draw(st.booleans()):
+        # Per-pair links: a latency matrix and a bandwidth matrix, not symmetric.
+        latency = np.array(draw(st.lists(st.sampled_from([0.0, 1.0, 3.0]), min_size=D * D, max_size=D * D)), float).reshape(D, D)
+        bandwidth = np.array(draw(st.lists(st.sampled_from([5.0, 10.0, 40.0]), min_size=D * D, max_size=D * D)), float).reshape(D, D)
+    return make_problem(n, edges, secs, out, D=D, speeds=speeds, latency=latency, bandwidth=bandwidth)
+
+
+def brute_force_makespan(p: PlacementProblem) -> int:
+    """Optimum by enumeration: every semi-active schedule is some assignment plus a global node order."""
+    n, D = p.n_nodes, p.n_devices
+    g = p.graph
+    best = None
+    for perm in itertools.permutations(range(n)):
+        pos = np.empty(n, dtype=np.int64)
+        pos[list(perm)] = np.arange(n)
+        if g.n_edges and np.any(pos[g.src] > pos[g.dst]):
+            continue
+        for dev in itertools.product(range(D), repeat=n):
+            m = simulate(p, Placement.from_assignment(dev, D, priority=pos)).makespan
+            best = m if best is None else min(best, m)
+    return best
+
+
+def every_bound(p: PlacementProblem) -> dict[str, int]:
+    """Each family separately, with every node tried as entry and exit anchor (any node is a valid anchor)."""
+    out = dict(placement_bound_details(p))
+    head, tail = transfer_heads(p), transfer_tails(p)
+    out["path_only"] = path_bound(p, head, tail)
+    out["energy_only"] = energy_bound(p, head, tail)
+    anchors = [None] + list(range(p.n_nodes))
+    for x in anchors:
+        for y in anchors:
+            if x is None and y is None:
+                continue
+            out[f"energy[{x},{y}]"] = energy_bound(p, head, tail, entry=x, exit_=y)
+    out["segment_sum_only"] = segment_sum_bound(p)
+    out["placement_bound"] = placement_bound(p)
+    return out
+
+
+def assert_below(p: PlacementProblem, optimum: int) -> None:
+    for name, value in every_bound(p).items():
+        assert value <= optimum, f"{name} = {value} exceeds the optimum {optimum}"
+    assert placement_bound(p) >= p.lower_bound_ticks()
+
+
+# ---------------------------------------------------------------------- hand-computed
+
+
+def test_fork_join_hand_computed():
+    # s (1) -> a (10), s -> b (10), a -> t, b -> t (1); every edge moves 1000 bytes at 10 B/s: 100 ticks.
+    # Apart, a transfer costs more than serialising a and b, so the optimum is 1 + 10 + 10 + 1 = 22
+    # on one device. The old bound is max(1 + 10 + 1, 22 / 2) = 12.
+    g = CompGraph(["s", "a", "b", "t"], ["s", "s", "a", "b"], ["a", "b", "t", "t"],
+                  out_bytes=[1000, 1000, 1000, 0], compute_time={"cpu": [1.0, 10.0, 10.0, 1.0]})
+    p = PlacementProblem.identical(g, 2, bandwidth=10.0, time_unit=1.0)
+    assert p.lower_bound_ticks() == 12
+    assert transfer_heads(p) == [0, 1, 1, 21]
+    assert transfer_tails(p) == [21, 1, 1, 0]
+    assert path_bound(p) == 22
+    assert placement_bound(p) == 22 == brute_force_makespan(p)
+
+
+def test_colocation_rule_picks_the_cheaper_side():
+    # Two inputs of 5 ticks into t; a transfer costs 2 ticks: running one input remotely is better
+    # (t at 7) than both locally (t at 10).
+    p = make_problem(3, [(0, 2), (1, 2)], [5, 5, 1], [20, 20, 0], D=2)
+    assert transfer_heads(p)[2] == 7
+    assert path_bound(p) == 8 == brute_force_makespan(p)
+
+
+def test_anchored_heads_charge_a_transfer_after_the_anchor():
+    # s (1) -> a (4): a off s's device starts at 1 + 3 (transfer), on it at 1.
+    p = make_problem(2, [(0, 1)], [1, 4], [30, 0], D=2)
+    assert anchored_heads(p, 0) == [INF, 4]
+    assert anchored_tails(p, 1) == [7, INF]  # s off a's device: transfer (3) then a (4)
+
+
+def test_energy_anchor_beats_plain_energy_on_a_wide_fork():
+    # s -> 6 independent nodes of 4 ticks -> t, transfers 6 ticks, 3 devices: the plain energy bound
+    # sees 26 ticks of work on 3 devices; anchored, two devices lose 12 ticks of window each.
+    n = 8
+    edges = [(0, v) for v in range(1, 7)] + [(v, 7) for v in range(1, 7)]
+    p = make_problem(n, edges, [1] + [4] * 6 + [1], [60] * 7 + [0], D=3)
+    head, tail = transfer_heads(p), transfer_tails(p)
+    plain = energy_bound(p, head, tail)
+    anchored = energy_bound(p, head, tail, entry=0, exit_=7)
+    assert anchored > plain
+    out = solve_placement(p, EXACT)
+    assert out.status == "optimal"
+    assert anchored <= out.objective
+    assert_below(p, int(out.objective))
+
+
+def test_segment_sum_adds_segments():
+    # Two identical fork-joins in sequence; their cut node joins them.
+    edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (3, 5), (4, 6), (5, 6)]
+    p = make_problem(7, edges, [1, 10, 10, 1, 10, 10, 1], [1000] * 6 + [0], D=2)
+    assert segment_sum_bound(p) == 43  # (1 + 20 + 1) + (1 + 20 + 1) - 1 (the shared cut node, counted once)
+    out = solve_placement(p, EXACT)
+    assert out.status == "optimal" and out.objective == 43
+    assert placement_bound(p) == 43
+
+
+def test_no_edges_and_one_device():
+    p = make_problem(3, [], [3, 4, 5], [0, 0, 0], D=1)
+    assert placement_bound(p) == 12
+    q = make_problem(3, [], [3, 4, 5], [0, 0, 0], D=3)
+    assert placement_bound(q) == 5
+    empty = make_problem(0, [], [], [], D=2)
+    assert placement_bound(empty) == 0
+
+
+# ---------------------------------------------------------------------- against brute force and proven optima
+
+
+@given(problems(max_nodes=5, max_devices=3))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_family_below_brute_force(p):
+    assert_below(p, brute_force_makespan(p))
+
+
+@given(problems(max_nodes=8, max_devices=4, hetero=False))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_family_below_proven_optimum_identical(p):
+    out = solve_placement(p, EXACT)
+    if out.status != "optimal":
+        pytest.skip("CP-SAT did not prove this instance in time")
+    assert_below(p, int(out.objective))
+
+
+@given(problems(max_nodes=8, max_devices=3, hetero=True))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_family_below_proven_optimum_heterogeneous(p):
+    out = solve_placement(p, EXACT)
+    if out.status != "optimal":
+        pytest.skip("CP-SAT did not prove this instance in time")
+    assert_below(p, int(out.objective))
+
+
+def test_generated_graph_bound_below_a_schedule_and_fast():
+    import time
+
+    from incsched.baselines.placement import critical_path_list
+    from incsched.generators import bandwidth_for_comm_ratio, transformer_block
+
+    g = transformer_block(n_blocks=2)
+    p = PlacementProblem.identical(g, 8, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
+    t0 = time.perf_counter()
+    lb = placement_bound(p)
+    assert time.perf_counter() - t0 < 5.0
+    ub = simulate(p, critical_path_list(p), "ordered").makespan
+    assert p.lower_bound_ticks() < lb <= ub
