@@ -8,8 +8,8 @@ assignment, typically a pre-scheduler's incumbent) warm-starts the search.
 Exact numbers. The weights become integers by `ObjectiveWeights.scaled` (one exact decimal rule:
 ``weight_t == unit * c_t``), so CP-SAT minimises ``sum(c_t * term_t)`` over integers. Before the
 model is built `check_model_range` proves that every coefficient, every constraint's worst case and
-the worst objective stay within `CPSAT_LIMIT` (2**62, half of int64, the margin CP-SAT's own
-overflow checks need); otherwise `solve_stage` raises `ProblemError` naming the term and the limit.
+the worst objective stay within `CPSAT_LIMIT` (2**60: CP-SAT's own overflow checks and presolve
+need a margin below int64); otherwise `solve_stage` raises `ProblemError` naming the term and the limit.
 The returned ``objective`` is recomputed from the solution's stages in Python ints and multiplied
 by the unit; the ``bound`` is CP-SAT's integer bound, read back from its float64 report
 conservatively (rounded down by one ulp above 2**53). Both are a Python int when whole, else a
@@ -37,10 +37,12 @@ log = logging.getLogger(__name__)
 
 BACKEND = "cpsat"
 
-#: Largest magnitude any coefficient, constraint or the objective may reach in the model. CP-SAT
-#: works in int64 and refuses (or, in presolve, may overflow on) sums near 2**63; half of that
-#: leaves the margin its own checks ask for.
-CPSAT_LIMIT = 2**62
+#: Largest magnitude any term, linear sum or the objective may reach in the model. CP-SAT works in
+#: int64 but its overflow check rejects models whose sums come near 2**62 (a stage's load as
+#: ``load == sum p_v x_v`` already doubles the parameters' total), and presolve combines
+#: constraints further: a model of 2**61 total parameters comes back MODEL_INVALID from presolve
+#: although it validates. A quarter of 2**62 leaves that margin.
+CPSAT_LIMIT = 2**60
 
 
 def solve_stage(
@@ -95,6 +97,11 @@ def solve_stage(
     build_time = time.perf_counter() - start
 
     solver = make_solver(settings)
+    # CP-SAT's gap limits compare objective and bound as float64: above 2**53 two integers one apart
+    # are one float, and the default absolute gap (1e-4) then stops the search calling a solution
+    # one unit above the optimum "optimal". With both limits 0 the proof is CP-SAT's integer one.
+    solver.parameters.absolute_gap_limit = 0.0
+    solver.parameters.relative_gap_limit = 0.0
     status_code = solver.Solve(model.model)
     status = STATUS_NAMES[status_code]
     assignment = objective = bound = None
@@ -170,7 +177,7 @@ def check_model_range(problem: StageProblem, weights: dict[str, int] | None = No
         if size > CPSAT_LIMIT:
             raise ProblemError(
                 f"stage problem on graph {problem.graph.name!r}: {what} reaches {_pow2(size)}, beyond CP-SAT's "
-                "2^62 limit; scale the graph's byte counts down (e.g. to KiB) or use a coarser time_unit"
+                "2^60 limit; scale the graph's byte counts down (e.g. to KiB) or use a coarser time_unit"
             )
     worst = 0
     for term, c in weights.items():
@@ -179,14 +186,14 @@ def check_model_range(problem: StageProblem, weights: dict[str, int] | None = No
             if part > CPSAT_LIMIT:
                 raise ProblemError(
                     f"stage problem on graph {problem.graph.name!r}: the {term} term (integer weight {c} times up to "
-                    f"{ub[term]}) reaches {_pow2(part)}, beyond CP-SAT's 2^62 limit; lower its weight relative to the "
+                    f"{ub[term]}) reaches {_pow2(part)}, beyond CP-SAT's 2^60 limit; lower its weight relative to the "
                     "others or scale the graph's byte counts down"
                 )
             worst += part
     if worst > CPSAT_LIMIT:
         raise ProblemError(
             f"stage problem on graph {problem.graph.name!r}: the objective's range {_pow2(worst)} exceeds CP-SAT's "
-            "2^62 limit; lower the weights' spread or scale the graph's byte counts down"
+            "2^60 limit; lower the weights or scale the graph's byte counts down"
         )
 
 
