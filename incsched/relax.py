@@ -12,7 +12,7 @@ import numpy as np
 from .problems.placement import PlacementProblem, PlacementWindow
 from .problems.stage import StageProblem
 
-__all__ = ["stage_window", "stage_band_window", "radius_from_confidence", "placement_window", "window_is_everything"]
+__all__ = ["stage_window", "stage_band_window", "placement_window", "window_is_everything"]
 
 
 def stage_window(problem: StageProblem, center, radius) -> tuple[np.ndarray, np.ndarray]:
@@ -65,37 +65,30 @@ def stage_band_window(problem: StageProblem, center, first: int, width: int, roa
     return lo, hi
 
 
-def radius_from_confidence(confidence, base: int, *, low: float = 0.5, high: float = 0.9) -> np.ndarray:
-    """Window radii from per-node confidence: ``base`` where unsure, ``base // 2`` where sure.
-
-    A node the policy is confident about (probability of its stage >= ``high``) keeps a narrow
-    window; below ``low`` it gets twice ``base``; in between, ``base``.
-    """
-    c = np.asarray(confidence, dtype=np.float64)
-    r = np.full(c.shape, base, dtype=np.int64)
-    r[c >= high] = max(base // 2, 0)
-    r[c < low] = 2 * base
-    return r
-
-
 def window_is_everything(problem: StageProblem, window: tuple[np.ndarray, np.ndarray]) -> bool:
     """Whether the window allows every node every stage, i.e. its optimum is the global one."""
     lo, hi = window
     return bool(np.all(lo == 0) and np.all(hi == problem.n_stages - 1))
 
 
-def placement_window(problem: PlacementProblem, device, *, neighbours: bool = True) -> PlacementWindow:
-    """Allowed devices per node: the incumbent's, plus those of its producers and consumers.
+def placement_window(problem: PlacementProblem, device, *, hops: int = 1) -> PlacementWindow:
+    """Allowed devices per node: the incumbent's, plus those of nodes up to ``hops`` edges away.
 
     The moves the list schedulers get wrong are about co-location (keeping a chain on one device
     to save transfers, or splitting it to gain parallelism), so each node may join any device its
-    graph neighbours use in the incumbent. Start times are left free.
+    graph neighbours use in the incumbent; widening by a hop lets whole chains move together.
+    Start times are left free. ``hops=0`` holds every node on its incumbent device.
     """
     device = np.asarray(device, dtype=np.int64)
     g = problem.graph
     allowed = np.zeros((g.n_nodes, problem.n_devices), dtype=bool)
     allowed[np.arange(g.n_nodes), device] = True
-    if neighbours and g.n_edges:
-        allowed[g.src, device[g.dst]] = True
-        allowed[g.dst, device[g.src]] = True
-    return PlacementWindow(allowed & problem.allowed_devices())
+    reach = allowed.copy()  # devices of the nodes within h hops, grown one hop at a time
+    for _ in range(hops):
+        if not g.n_edges:
+            break
+        grown = reach.copy()
+        np.logical_or.at(grown, g.src, reach[g.dst])
+        np.logical_or.at(grown, g.dst, reach[g.src])
+        reach = grown
+    return PlacementWindow(reach & problem.allowed_devices())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,8 @@ from .jsonio import read_json, write_json
 __all__ = ["Result", "RESULT_STATUSES", "library_versions"]
 
 FORMAT = "incsched.result"
-VERSION = 1
+#: 2: ``reproducible`` (was ``deterministic``) and ``stop_reason``; exact objective and bound.
+VERSION = 2
 
 RESULT_STATUSES = ("optimal", "window_optimal", "feasible", "infeasible", "unknown")
 
@@ -37,11 +39,12 @@ class Result:
         The graph's name.
     status : str
         One of `RESULT_STATUSES`.
-    objective : float or None
-        Stage: the weighted objective in the problem's integer units (bytes / edges / ticks).
-        Placement: the makespan in ticks of ``time_unit``.
-    lower_bound : float or None
-        A proven global lower bound in the same units.
+    objective : int, Fraction or None
+        Stage: the weighted objective in the problem's integer units (bytes / edges / ticks),
+        exact (a Fraction when fractional weights make it one). Placement: the makespan in ticks
+        of ``time_unit``. JSON holds it as a number, plus an exact ``"p/q"`` string when fractional.
+    lower_bound : int, Fraction or None
+        A proven global lower bound in the same units, as exact.
     gap : float or None
         ``(objective - lower_bound) / objective`` (0 when proven optimal).
     terms : dict
@@ -55,14 +58,21 @@ class Result:
         ``inc-ilp``, ``ilp``, ``ilp-hinted``, ``rl`` or a baseline's name.
     seed : int
         The seed every randomised step used.
-    deterministic : bool
-        Whether the run is reproducible (one CP-SAT worker, deterministic time limits).
+    reproducible : bool
+        Whether a rerun with the same input, seed and library versions gives the same bytes
+        (timing aside): deterministic mode, and the run ended on a proof, its work budget or, for
+        a heuristic, by itself -- never on the clock, Ctrl-C or a progress callback.
+    stop_reason : str
+        What ended the run: ``optimal`` (a finished proof, of optimality or infeasibility),
+        ``time`` (the clock), ``work`` (the work budget), ``interrupted`` (Ctrl-C), ``callback``
+        (``on_progress`` returned False) or ``done`` (a heuristic, which has no search).
     bound_source : str
         Where ``lower_bound`` comes from (``combinatorial``, ``cpsat-full``, ``cpsat-window`` ...).
     reason : str, optional
         Why a problem is infeasible or a status is weaker than hoped.
     provenance : dict
-        Units (``time_unit``), node names' order, the windows tried, library versions.
+        Units (``time_unit``), the graph's digest, ``steps`` (every phase of the run, in order,
+        with what it found), library versions, time and work limits.
     timing : dict
         Seconds per phase (``preschedule``, ``window``, ``proof``, ``check``, ``total``); left out
         of deterministic comparisons.
@@ -77,8 +87,9 @@ class Result:
     terms: dict[str, Any]
     method: str
     seed: int
-    deterministic: bool
+    reproducible: bool
     bound_source: str = ""
+    stop_reason: str = "done"
     reason: str | None = None
     stages: list[int] | None = None
     device: list[int] | None = None
@@ -94,6 +105,11 @@ class Result:
             raise ValueError(f"problem must be 'stage' or 'placement', got {self.problem!r}")
 
     @property
+    def deterministic(self) -> bool:
+        """Former name of `reproducible`."""
+        return self.reproducible
+
+    @property
     def assignment(self) -> list[int] | None:
         """Stage or device per node, whichever this problem assigns."""
         return self.stages if self.problem == "stage" else self.device
@@ -106,13 +122,14 @@ class Result:
             "problem": self.problem,
             "graph": self.graph,
             "status": self.status,
-            "objective": self.objective,
-            "lower_bound": self.lower_bound,
+            "objective": _json_number(self.objective),
+            "lower_bound": _json_number(self.lower_bound),
             "gap": self.gap,
             "terms": self.terms,
             "method": self.method,
             "seed": self.seed,
-            "deterministic": self.deterministic,
+            "reproducible": self.reproducible,
+            "stop_reason": self.stop_reason,
             "bound_source": self.bound_source,
             "reason": self.reason,
             "stages": self.stages,
@@ -121,6 +138,10 @@ class Result:
             "start": self.start,
             "provenance": self.provenance,
         }
+        exact = {k: _exact_text(v) for k, v in (("objective", self.objective), ("lower_bound", self.lower_bound))}
+        exact = {k: v for k, v in exact.items() if v is not None}
+        if exact:
+            data["exact"] = exact
         if timing:
             data["timing"] = self.timing
         return data
@@ -136,9 +157,22 @@ class Result:
         """
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise FormatError(f"{source}: not an incsched result (expected format {FORMAT!r})")
-        if data.get("version") != VERSION:
-            raise FormatError(f"{source}: result version {data.get('version')!r} is not supported (expected {VERSION})")
-        kwargs = {k: v for k, v in data.items() if k not in ("format", "version")}
+        version = data.get("version")
+        if type(version) is not int or version not in (1, VERSION):
+            raise FormatError(f"{source}: result version {version!r} is not supported (expected {VERSION})")
+        kwargs = {k: v for k, v in data.items() if k not in ("format", "version", "exact")}
+        if version == 1:
+            kwargs["reproducible"] = kwargs.pop("deterministic", False)
+        exact = data.get("exact") or {}
+        if not isinstance(exact, dict):
+            raise FormatError(f"{source}: 'exact' must be an object")
+        for key, text in exact.items():
+            if key not in ("objective", "lower_bound") or not isinstance(text, str):
+                raise FormatError(f"{source}: exact {key!r} must be a 'p/q' string")
+            try:
+                kwargs[key] = Fraction(text)
+            except (ValueError, ZeroDivisionError):
+                raise FormatError(f"{source}: exact {key} {text!r} is not a fraction") from None
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:
@@ -151,6 +185,19 @@ class Result:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Result:
         return cls.from_json(read_json(path), source=str(path))
+
+
+def _json_number(x):
+    """An exact int as itself; a Fraction as its nearest float (the exact value goes in ``exact``)."""
+    if isinstance(x, Fraction):
+        return x.numerator if x.denominator == 1 else float(x)
+    return x
+
+
+def _exact_text(x) -> str | None:
+    if isinstance(x, Fraction) and x.denominator != 1:
+        return f"{x.numerator}/{x.denominator}"
+    return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -7,15 +7,57 @@ assignment with its independent evaluators before a result leaves the library.
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-__all__ = ["SolverSettings", "SolverOutput", "STATUSES"]
+__all__ = ["SolverSettings", "SolverOutput", "STATUSES", "StopSignal"]
 
 #: What a back end may claim about the model it was given (a window, or the full problem).
 STATUSES = ("optimal", "feasible", "infeasible", "unknown")
+
+
+class StopSignal:
+    """Stops running back ends from another thread: Ctrl-C, the caller's clock, a progress callback.
+
+    A back end registers how to stop its search while it runs (`watch`); `stop` calls every
+    registered stop at once and makes later searches stop as soon as they start. The first reason
+    given is kept (``"interrupted"``, ``"time"``, ``"callback"``): it is what the caller reports.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._active: list[Callable[[], None]] = []
+        self.reason: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.reason is not None
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            active = list(self._active)
+        for stop_search in active:
+            stop_search()
+
+    @contextmanager
+    def watch(self, stop_search: Callable[[], None]) -> Iterator[None]:
+        """Register ``stop_search`` for the duration of one search."""
+        with self._lock:
+            self._active.append(stop_search)
+            stopped = self.reason is not None
+        if stopped:
+            stop_search()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active.remove(stop_search)
 
 
 @dataclass(frozen=True)
@@ -39,6 +81,9 @@ class SolverSettings:
     #: Wall-clock cap of a deterministic run (None: 3x its deterministic budget + 10 s). A run the
     #: cap cuts short may not repeat; label generation, which must repeat, sets a generous one.
     wall_cap_s: float | None = None
+    #: Lets the caller stop a running search (its answer so far is returned, status ``feasible``).
+    #: Without one, Ctrl-C stops the search and raises KeyboardInterrupt once it has stopped.
+    stop: StopSignal | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if not self.time_limit > 0:

@@ -169,7 +169,7 @@ def test_inc_ilp_on_a_transformer_reports_the_segment_bound():
 def test_inc_ilp_segment_phase_runs_the_decision_proofs():
     p = transformer_problem(heads=2, ffn_tiles=2)
     r = solve(p, "inc-ilp", time_limit=3.0)
-    phases = [w for w in r.provenance["windows"] if w["phase"] == "segment"]
+    phases = [w for w in r.provenance["steps"] if w["phase"] == "segment"]
     assert phases and all("probes" in w and w["bound"] >= w["relaxation"] for w in phases)
     assert all(w["bound"] <= w["objective"] for w in phases if w["objective"] is not None)
 

@@ -62,7 +62,7 @@ def test_results_started_from_the_learned_policy_are_byte_identical(which, reque
     dump = lambda r: json.dumps(r.to_json(timing=False), sort_keys=True)  # noqa: E731
     runs = [solve(problem, "inc-ilp", time_limit=5, seed=3, preschedule="rl") for _ in range(2)]
     assert dump(runs[0]) == dump(runs[1])
-    assert runs[0].provenance["windows"][0] == {**runs[0].provenance["windows"][0], "prescheduler": "rl"}
+    assert runs[0].provenance["steps"][0] == {**runs[0].provenance["steps"][0], "prescheduler": "rl"}
 
 
 def test_tiny_time_limit_never_claims_more_than_proven():
@@ -93,15 +93,15 @@ def test_result_json_round_trip(stage_problem, tmp_path):
 
 
 def test_solver_disagreement_is_caught(stage_problem, monkeypatch):
-    import solvers.cpsat.stage as cpsat_stage
+    import incsched.inc_ilp.stage as pipeline
 
-    honest = cpsat_stage.solve_stage
+    honest = pipeline.solve_stage
 
     def lying(problem, settings, window=None, hint=None):
         out = honest(problem, settings, window=window, hint=hint)
         return SolverOutput(out.status, out.assignment, out.objective - 1, out.bound, out.wall_time, out.backend, info=out.info)
 
-    monkeypatch.setattr(cpsat_stage, "solve_stage", lying)
+    monkeypatch.setattr(pipeline, "solve_stage", lying)
     with pytest.raises(SolverDisagreement):
         solve(stage_problem, "ilp", time_limit=5)
 

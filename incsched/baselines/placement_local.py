@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
+from typing import Callable
 
 import numpy as np
 
@@ -130,7 +131,8 @@ def schedule_assignment(problem: PlacementProblem, device, method: str = "assign
     return Placement.from_assignment(dev, problem.n_devices, start=start, method=method)
 
 
-def local_search(problem: PlacementProblem, seed: int = 0, *, evaluations: int = DEFAULT_EVALUATIONS, start: Placement | None = None) -> Placement:
+def local_search(problem: PlacementProblem, seed: int = 0, *, evaluations: int = DEFAULT_EVALUATIONS, start: Placement | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> Placement:
     """Improve the best list schedule by moving critical nodes (and their data partners) between devices.
 
     Parameters
@@ -142,6 +144,9 @@ def local_search(problem: PlacementProblem, seed: int = 0, *, evaluations: int =
         Assignments scheduled in all (the budget; counted, not timed, so the result is reproducible).
     start : Placement, optional
         The assignment to start from; default the better of `heft` and `critical_path_list`.
+    should_stop : callable, optional
+        Asked between rounds of moves; True ends the search early with the best found (the
+        caller's clock or Ctrl-C: the answer then depends on timing).
 
     Returns
     -------
@@ -180,7 +185,7 @@ def local_search(problem: PlacementProblem, seed: int = 0, *, evaluations: int =
     cur_res = dec.run(cur)
     best, best_res = list(cur), cur_res
     used = 1
-    while used < evaluations:
+    while used < evaluations and not (should_stop is not None and should_stop()):
         critical = _critical_nodes(cur_res)
         rng.shuffle(critical)
         improved = False

@@ -1,0 +1,220 @@
+"""What one solve carries through its phases: the user's clock, the work budget, the stop signal,
+progress reports, the log of steps, and the best answer and bound found so far.
+
+The phases (`incumbent`, `stage`, `placement`) only ask the context how much they may spend and
+tell it what they found; the context decides nothing about the algorithm. Keeping the best answer
+here is what makes every phase interruptible: whatever stops the run, the front door certifies
+`Context.best` and returns it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Iterator
+
+from solvers import SolverOutput, SolverSettings, StopSignal
+
+__all__ = ["Context", "Progress", "STOP_REASONS", "gap"]
+
+#: What ended a run: a finished proof (of optimality or infeasibility), the user's clock, the work
+#: budget, Ctrl-C, the progress callback, or nothing at all (a heuristic method has no search).
+STOP_REASONS = ("optimal", "time", "work", "interrupted", "callback", "done")
+
+#: Wall seconds kept back from the clock for the final re-check and the result (measured: the
+#: simulator and evaluator take under 50 ms on 1,000 nodes; the rest is margin for a loaded machine).
+_CLOSING_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One report to ``on_progress``: a new best answer or a higher lower bound.
+
+    ``objective`` and ``lower_bound`` are in the problem's integer units (exact ints, or Fractions
+    for fractional stage weights); ``elapsed`` in wall seconds since `solve()` was called.
+    """
+
+    phase: str
+    objective: int | Fraction | None
+    lower_bound: int | Fraction | None
+    elapsed: float
+
+    @property
+    def gap(self) -> float | None:
+        return gap(self.objective, self.lower_bound)
+
+
+def gap(objective, lower_bound) -> float | None:
+    """``(objective - lower_bound) / objective``, computed exactly and rounded once at the end."""
+    if objective is None or lower_bound is None:
+        return None
+    if objective <= lower_bound:
+        return 0.0
+    return float(Fraction(objective - lower_bound) / Fraction(max(abs(objective), 1)))
+
+
+@dataclass
+class Context:
+    """The state of one run.
+
+    Parameters
+    ----------
+    problem
+        The stage or placement problem.
+    time_limit : float
+        The user's wall clock in seconds, counted from ``started``.
+    work_limit : float or None
+        Deterministic work budget (CP-SAT deterministic seconds, summed over every call), or None.
+    deterministic : bool
+        Reproducible search: one CP-SAT worker whose calls are bounded by deterministic time only.
+    workers, seed
+        CP-SAT workers (not deterministic mode) and the seed of every randomised step.
+    check : callable
+        ``check(answer, claimed=None) -> value``: the independent evaluator, raising on a wrong claim.
+    on_progress : callable, optional
+        Called with a `Progress` on every improvement; returning False stops the run.
+    """
+
+    problem: Any
+    time_limit: float
+    work_limit: float | None
+    deterministic: bool
+    workers: int
+    seed: int
+    check: Callable[..., Any]
+    on_progress: Callable[[Progress], Any] | None = None
+    probing_level: int | None = None
+    started: float = field(default_factory=time.perf_counter)
+    stop: StopSignal = field(default_factory=StopSignal)
+    work_spent: float = 0.0
+    wall_capped: bool = False  # a deterministic call was cut by the clock: its answer may not repeat
+    steps: list[dict] = field(default_factory=list)
+    timing: dict[str, float] = field(default_factory=dict)
+    best: Any = None
+    best_value: int | Fraction | None = None
+    best_phase: str | None = None
+    lower_bound: int | Fraction | None = None
+    bound_source: str = ""
+    window_optimal: bool = False  # the best answer is the proven optimum of the last window solved
+    proven: bool = False  # the full model proved the best answer optimal (or the problem infeasible)
+    infeasible_reason: str | None = None
+    _timer: threading.Timer | None = None
+
+    # ------------------------------------------------------------------ the clock and the budget
+
+    @property
+    def nominal_work(self) -> float:
+        """What the phases are sized by: the work budget, else the time limit read as work.
+
+        Sizing by a number the caller gave (never by the clock) keeps every decision of a run
+        that ends before the clock independent of the machine's load.
+        """
+        return self.work_limit if self.work_limit is not None else self.time_limit
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def wall_left(self) -> float:
+        return max(self.time_limit - _CLOSING_SECONDS - self.elapsed(), 0.0)
+
+    def work_left(self) -> float:
+        if self.work_limit is None:
+            return math.inf
+        return max(self.work_limit - self.work_spent, 0.0)
+
+    def stopped(self) -> str | None:
+        """Why the run must end now (a `STOP_REASONS` word), or None to go on."""
+        if self.stop.reason is not None:
+            return self.stop.reason
+        if self.wall_left() <= 0:
+            return "time"
+        if self.work_left() <= 0:
+            return "work"
+        return None
+
+    def start_clock(self) -> None:
+        """Stop any running search when the clock runs out, wherever the run is."""
+        self._timer = threading.Timer(self.wall_left(), self.stop.stop, args=("time",))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def stop_clock(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def settings(self, work: float | None = None) -> SolverSettings:
+        """Settings of one CP-SAT call allowed ``work`` (None: all that is left of the budget).
+
+        Deterministic mode: one worker bounded by deterministic time, the clock as its wall cap
+        (a call the clock cuts is marked, and the run is then not reproducible). Otherwise
+        ``workers`` in parallel and ``work`` read as wall seconds.
+        """
+        cap = self.work_left() if work is None else min(work, self.work_left())
+        wall = max(self.wall_left(), 1e-3)
+        if self.deterministic:
+            return SolverSettings(
+                time_limit=max(cap, 1e-3), deterministic=True, seed=self.seed, workers=1,
+                wall_cap_s=wall, probing_level=self.probing_level, stop=self.stop,
+            )
+        return SolverSettings(
+            time_limit=max(min(cap, wall), 1e-3), deterministic=False, seed=self.seed,
+            workers=self.workers, probing_level=self.probing_level, stop=self.stop,
+        )
+
+    def charge(self, out: SolverOutput) -> None:
+        """Count a back end's work against the budget."""
+        self.work_spent += float(out.info.get("deterministic_time") or 0.0)
+        if out.info.get("wall_capped"):
+            self.wall_capped = True
+
+    # ------------------------------------------------------------------ what was found
+
+    def improve(self, answer, value, phase: str) -> bool:
+        """Keep ``answer`` if it beats the best so far (``value`` from the independent check;
+        None for an answer that breaks a hard constraint, which is never kept)."""
+        if value is None or (self.best is not None and value >= self.best_value):
+            return False
+        self.best, self.best_value, self.best_phase = answer, value, phase
+        self.window_optimal = False
+        self._report(phase)
+        return True
+
+    def raise_bound(self, value, source: str, phase: str) -> bool:
+        """Keep a proven global lower bound if it is higher than the best so far."""
+        if value is None or (self.lower_bound is not None and value <= self.lower_bound):
+            return False
+        self.lower_bound, self.bound_source = value, source
+        self._report(phase)
+        return True
+
+    def record(self, phase: str, **info) -> None:
+        """One line of the run's log (kept in the result's provenance as ``steps``)."""
+        self.steps.append({"phase": phase, **{k: _plain(v) for k, v in info.items()}})
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timing[phase] = self.timing.get(phase, 0.0) + time.perf_counter() - started
+
+    def _report(self, phase: str) -> None:
+        if self.on_progress is None:
+            return
+        keep_going = self.on_progress(Progress(phase, self.best_value, self.lower_bound, self.elapsed()))
+        if keep_going is False:
+            self.stop.stop("callback")
+
+
+def _plain(v):
+    """Log values as JSON-ready plain numbers (exact ints stay ints)."""
+    if isinstance(v, Fraction):
+        return int(v) if v.denominator == 1 else float(v)
+    if hasattr(v, "item"):
+        return v.item()
+    return v

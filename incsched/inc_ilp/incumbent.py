@@ -1,0 +1,110 @@
+"""The incumbent: the best of the learned policy and the baselines, judged by the independent check.
+
+Inc-ILP's first step. No single pre-scheduler wins everywhere (measured: the placement policy is
+38% shorter than critical-path list scheduling on the public dataflow graphs where HEFT gains 1%,
+while on chains the DP baselines are already optimal), so every cheap candidate runs and the
+evaluator picks. The policies are loaded once per process (their modules cache the weights).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Callable
+
+from ..baselines.placement import PLACEMENT_BASELINES
+from ..baselines.placement_local import local_search
+from ..baselines.stage import STAGE_BASELINES
+from ..errors import UnknownNameError
+from .context import Context
+
+__all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "POLICY_MIN_SECONDS"]
+
+#: Time limits below this skip the learned policy in the portfolio: its first use in a process
+#: imports torch and compiles its decoder (measured 2.2-2.8 s on this 2-core machine, cold),
+#: which a short budget cannot afford. A rule on the limit, not on the clock, so it repeats.
+POLICY_MIN_SECONDS = 8.0
+
+
+def _policy(module: str) -> Callable:
+    """The learned policy's ``preschedule`` from ``module``, imported (with torch) on first use."""
+
+    def rl(problem, seed: int = 0):
+        return import_module(module).preschedule(problem, seed)
+
+    rl.__name__ = "rl"
+    return rl
+
+
+#: Pre-schedulers by name, each ``f(problem, seed) -> incumbent``: the baselines and the policy.
+STAGE_PRESCHEDULERS: dict[str, Callable] = {**STAGE_BASELINES, "rl": _policy("incsched.policy.stage_policy")}
+PLACEMENT_PRESCHEDULERS: dict[str, Callable] = {**PLACEMENT_BASELINES, "rl": _policy("incsched.policy.placement_policy")}
+
+#: The stage portfolio: every baseline is a few milliseconds to a second on 1,000 nodes.
+_STAGE_PORTFOLIO = ("contiguous_params", "contiguous_compute", "pipedream_dp", "dp_local_search", "asap", "alap")
+
+#: The placement portfolio: the two list schedulers; local search then improves the best of all.
+_PLACEMENT_PORTFOLIO = ("heft", "critical_path_list")
+
+#: Local-search assignments per nominal second of budget, and at most (about a millisecond each on
+#: 200 ops: a fifth of the budget, counted in evaluations so that it repeats).
+_SEARCH_PER_SECOND = 200
+_SEARCH_MAX = 20_000
+
+
+def run_prescheduler(ctx: Context, name_or_fn, table: dict[str, Callable]):
+    """One named (or given) pre-scheduler's answer, checked and offered as the incumbent."""
+    if callable(name_or_fn):
+        name, fn = getattr(name_or_fn, "__name__", "custom"), name_or_fn
+    elif name_or_fn in table:
+        name, fn = name_or_fn, table[name_or_fn]
+    else:
+        raise UnknownNameError(f"unknown pre-scheduler {name_or_fn!r}; known: {sorted(table)}")
+    with ctx.timed("preschedule"):
+        answer = fn(ctx.problem, ctx.seed)
+    value = ctx.check(answer)
+    ctx.improve(answer, value, f"preschedule:{name}")
+    ctx.record("incumbent", prescheduler=name, objective=value)
+    return answer
+
+
+def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
+    """Run the portfolio for ``kind`` ("stage" or "placement") and keep the best as the incumbent.
+
+    The learned policy joins when ``policy`` is set and the time limit affords its first load
+    (`POLICY_MIN_SECONDS`); the log says which candidate won and what each scored.
+    """
+    table = STAGE_PRESCHEDULERS if kind == "stage" else PLACEMENT_PRESCHEDULERS
+    names = list(_STAGE_PORTFOLIO if kind == "stage" else _PLACEMENT_PORTFOLIO)
+    skipped = None
+    if policy and ctx.time_limit >= POLICY_MIN_SECONDS:
+        names.insert(0, "rl")
+    elif policy:
+        skipped = f"learned policy skipped: time_limit {ctx.time_limit:g} s is below the {POLICY_MIN_SECONDS:g} s its first load may take"
+    scores = {}
+    with ctx.timed("preschedule"):
+        for name in names:
+            if ctx.stopped():
+                break
+            answer = table[name](ctx.problem, ctx.seed)
+            scores[name] = value = ctx.check(answer)
+            ctx.improve(answer, value, f"preschedule:{name}")
+        if kind == "placement" and ctx.best is not None and not ctx.stopped():
+            _polish(ctx)
+    feasible = {name: v for name, v in scores.items() if v is not None}
+    winner = min(feasible, key=feasible.get) if feasible else None
+    ctx.record("incumbent", winner=winner, scores=scores, **({"note": skipped} if skipped else {}))
+
+
+def _polish(ctx: Context) -> None:
+    """Local search from the best placement, sized by the nominal budget (counted, so it repeats)."""
+    evaluations = search_evaluations(ctx, ctx.problem.n_nodes)
+    start_value = ctx.best_value
+    answer = local_search(ctx.problem, ctx.seed, evaluations=evaluations, start=ctx.best, should_stop=lambda: ctx.stopped() is not None)
+    ctx.improve(answer, ctx.check(answer), "preschedule:local_search")
+    ctx.record("local_search", evaluations=evaluations, start=start_value, objective=ctx.best_value)
+
+
+def search_evaluations(ctx: Context, n_nodes: int) -> int:
+    """Local-search budget for ``n_nodes`` of the problem's graph, by the nominal budget."""
+    scale = n_nodes / max(ctx.problem.n_nodes, 1)
+    return int(min(max(ctx.nominal_work * _SEARCH_PER_SECOND * scale, 200), _SEARCH_MAX))

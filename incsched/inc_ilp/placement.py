@@ -1,0 +1,205 @@
+"""Inc-ILP on the placement problem: incumbent -> segments or widening windows -> full model -> proof.
+
+    run(ctx, method)
+      portfolio incumbent       the policy, HEFT and critical-path list, then local search (incumbent.py)
+      segments(ctx)             graphs with cut nodes: each stretch between two solved and bounded
+                                on its own; the glued answer competes, the bounds add up
+      or windows(ctx)           each op may move to the devices its neighbours use (hops=1), solved
+                                hinted; re-centred while it improves, widened by a hop once it
+                                settles, until the window holds every device
+      prove(ctx)                the full model, hinted by the best, all that is left
+
+Every answer is executed by the independent simulator in its solved order and must reproduce the
+makespan CP-SAT claims before it is kept.
+"""
+
+from __future__ import annotations
+
+from solvers import SolverOutput
+from solvers.cpsat.placement import segment_bound, segment_proof_bound, solve_placement
+
+from ..baselines.placement_local import compose, decomposable, local_search, segments as cut_segments, subproblem
+from ..bounds import placement_lower_bound
+from ..evaluate.simulate import simulate
+from ..problems.placement import Placement, PlacementProblem
+from ..relax import placement_window
+from .context import Context
+from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
+from .stage import SolverDisagreement
+
+__all__ = ["run", "make_check"]
+
+#: Share of the nominal budget one window solve may spend.
+WINDOW_SHARE = 0.15
+
+#: Window solves at most, re-centred or widened, before the full model takes over.
+MAX_WINDOWS = 8
+
+#: Share of the nominal budget the per-segment solves get (the rest goes to the hinted full model).
+SEGMENT_SHARE = 0.75
+
+#: Work of each segment's transfer-aware relaxation bound (it proves in well under one second).
+RELAXATION_WORK = 2.0
+
+#: Refuting short makespans of a segment (`segment_proof_bound`) gets this share of the segment's
+#: solve time on top of it, spread over at most `PROOF_PROBES` bisection probes of two runs each.
+PROOF_SHARE = 0.2
+PROOF_PROBES = 4
+
+
+def make_check(problem: PlacementProblem):
+    """The independent simulator as ``check(placement, claimed=None) -> makespan``.
+
+    The placement runs in its solved order; a makespan other than the solver's claim, or a device
+    over its memory, raises `SolverDisagreement`.
+    """
+
+    def check(placement: Placement, claimed=None) -> int:
+        sched = simulate(problem, placement, "ordered")
+        if claimed is not None and sched.makespan != claimed:
+            raise SolverDisagreement(f"CP-SAT claimed makespan {claimed} but the simulator finds {sched.makespan}")
+        if not sched.memory_ok:
+            raise SolverDisagreement(f"placement exceeds device memory: {sched.memory_violations}")
+        return int(sched.makespan)
+
+    return check
+
+
+def run(ctx: Context, method: str, preschedule=None) -> None:
+    """Solve ``ctx.problem`` by ``method``, leaving the best answer and bound in ``ctx``."""
+    p: PlacementProblem = ctx.problem
+    ctx.raise_bound(int(placement_lower_bound(p)), "combinatorial", "bounds")
+    if method in PLACEMENT_PRESCHEDULERS:
+        run_prescheduler(ctx, method, PLACEMENT_PRESCHEDULERS)
+        return
+    if method == "ilp":
+        prove(ctx)
+        return
+    if method == "ilp-hinted":
+        portfolio(ctx, "placement", policy=False)
+        prove(ctx)
+        return
+    if preschedule is not None:
+        run_prescheduler(ctx, preschedule, PLACEMENT_PRESCHEDULERS)
+    else:
+        portfolio(ctx, "placement")
+    if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
+        return
+    if decomposable(p):
+        segments(ctx)
+    else:
+        windows(ctx)
+    if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
+        prove(ctx)
+
+
+def prove(ctx: Context) -> None:
+    """The full model, hinted by the best placement so far, given all that is left."""
+    with ctx.timed("proof"):
+        out = solve_placement(ctx.problem, ctx.settings(), hint=ctx.best)
+    ctx.charge(out)
+    ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
+    if out.status == "infeasible":
+        ctx.infeasible_reason, ctx.proven = out.info.get("reason"), True
+        return
+    _take(ctx, out, "full")
+    if out.status == "optimal":
+        ctx.proven = True
+        ctx.raise_bound(ctx.best_value, "cpsat-full", "full")
+    elif out.bound is not None:
+        ctx.raise_bound(int(out.bound), "cpsat-full", "full")
+
+
+def windows(ctx: Context) -> None:
+    """Windows of devices around the best placement, re-centred on improvement, widened when settled."""
+    p: PlacementProblem = ctx.problem
+    hops, solves = 1, 0
+    while solves < MAX_WINDOWS and not ctx.stopped() and ctx.best_value > ctx.lower_bound:
+        window = placement_window(p, ctx.best.device, hops=hops)
+        if window.allowed.sum(1).min() == p.n_devices:
+            return  # the window holds every device: the full model is next anyway
+        with ctx.timed("window"):
+            out = solve_placement(p, ctx.settings(WINDOW_SHARE * ctx.nominal_work), window=window, hint=ctx.best)
+        ctx.charge(out)
+        solves += 1
+        ctx.record("window", hops=hops, status=out.status, objective=out.objective,
+                   devices_per_node=float(window.allowed.sum(1).mean()))
+        improved = _take(ctx, out, f"window hops={hops}")
+        if out.status == "optimal" and ctx.best_value == out.objective:
+            ctx.window_optimal = True
+        if improved:
+            continue  # re-centred on the better placement, same width
+        if out.status != "optimal":
+            return  # the window is too hard for its share: the full model takes over
+        hops += 1
+
+
+def _take(ctx: Context, out: SolverOutput, phase: str) -> bool:
+    if out.assignment is None:
+        return False
+    order = tuple(tuple(seq) for seq in out.info["order"])
+    candidate = Placement(out.assignment, order, start=out.start, method="cpsat")
+    return ctx.improve(candidate, ctx.check(candidate, out.objective), phase)
+
+
+def segments(ctx: Context) -> None:
+    """Solve each stretch between cut nodes on its own, glue the answers, and add up their bounds.
+
+    A cut node (a norm or residual add that everything precedes or follows) runs alone, so a
+    segment between two of them is a placement problem of its own: a 40-60-op model that CP-SAT
+    searches far better than the whole graph. Timed from the end of the entry cut node (made
+    instant in the segment's problem), segment optima add up to a bound on the whole makespan:
+    ``sum(segment bounds) - (segments with an entry cut node)`` ticks.
+    """
+    p: PlacementProblem = ctx.problem
+    parts, total_bound = [], 0
+    seg_nodes = cut_segments(p)
+    subs = [subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ()) for i, nodes in enumerate(seg_nodes)]
+    # Repeated blocks give identical segments: each is solved once, with the work of all its copies.
+    solved: dict[bytes, tuple[Placement, int]] = {}
+    keys = [sub.signature() for sub in subs]
+    big = sum(len(nodes) for nodes in seg_nodes if len(nodes) > 2)
+    phase_work = ctx.nominal_work * SEGMENT_SHARE
+    with ctx.timed("segments"):
+        for i, (nodes, sub, key) in enumerate(zip(seg_nodes, subs, keys)):
+            if ctx.stopped():
+                return  # the segments so far prove nothing about the whole: keep the incumbent
+            entry = (nodes[0],) if i > 0 else ()  # every segment after the first starts at its cut node
+            if key not in solved:
+                pl, bound, info = _segment(ctx, sub, len(nodes), max(phase_work * len(nodes) * keys.count(key) / big, 1e-3))
+                solved[key] = pl, bound
+                if info:
+                    ctx.record("segment", nodes=len(nodes), copies=keys.count(key), bound=bound, **info)
+            pl, bound = solved[key]
+            parts.append((nodes, pl))
+            total_bound += bound - len(entry)
+        glued = compose(p, parts)
+    ctx.improve(glued, ctx.check(glued), "segments")
+    ctx.raise_bound(total_bound, "segments", "segments")
+
+
+def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float) -> tuple[Placement, int, dict]:
+    """One segment's best placement, its proven lower bound, and what the solves found (for the log)."""
+    if n_nodes <= 2:
+        pl = local_search(sub, ctx.seed, evaluations=1)
+        return pl, simulate(sub, pl, "ordered").makespan, {}  # one or two nodes in a chain: exact
+    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes), should_stop=lambda: ctx.stopped() is not None)
+    out = solve_placement(sub, ctx.settings(work), hint=hint)
+    ctx.charge(out)
+    pl = hint
+    if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:
+        pl = Placement(out.assignment, tuple(tuple(o) for o in out.info["order"]), start=out.start)
+    bound = int(out.bound) if out.bound is not None else sub.lower_bound_ticks()
+    # The transfer-aware relaxation usually bounds a segment far above CP-SAT's search.
+    relaxed, capped = segment_bound(sub, ctx.settings(RELAXATION_WORK))
+    ctx.wall_capped = ctx.wall_capped or capped
+    bound = max(bound, relaxed)
+    # The decision model refutes makespans the relaxation cannot (one run per exit case).
+    makespan = simulate(sub, pl, "ordered").makespan
+    per_run = work * PROOF_SHARE / (2 * PROOF_PROBES)
+    proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run), lower=bound, probes=PROOF_PROBES)
+    if ctx.deterministic:
+        ctx.work_spent += 2 * per_run * len(probes)  # at most what the probes may have used
+    ctx.wall_capped = ctx.wall_capped or any(pr["wall_capped"] for pr in probes)
+    info = {"status": out.status, "objective": makespan, "relaxation": relaxed, "probes": len(probes)}
+    return pl, max(bound, proven), info
