@@ -293,3 +293,23 @@ def test_cpsat_matches_the_brute_force_exactly(inst):
         return  # refused honestly, with the limit named (tested above)
     out, _ = solve_checked(p)
     assert out.objective == opt
+
+
+def test_milp_is_exact_below_2_53_and_refuses_beyond():
+    from solvers.milp.stage import available_backends, solve_stage_milp
+
+    if "cbc" not in available_backends():
+        pytest.skip("CBC not available")
+    g = chain([2**48 + 1, 2**48, 3, 2**48 + 3])
+    with pytest.raises(ProblemError, match=r"2\^53"):
+        solve_stage_milp(StageProblem.peer(g, n_stages=2, alpha=100), FAST)
+    g = chain([2**45 + 1, 2**45, 3, 2**45 + 3])
+    for weights in ({"mem_peak": 1, "comm_total": 1}, {"mem_peak": 1, "comm_total": 1e-7}):
+        p = StageProblem(g, 2, weights, comm="edges", capacity=5 * 10**18)
+        out = solve_stage_milp(p, FAST)
+        opt, _ = brute_force(g, 2, weights, comm="edges")
+        assert out.objective == evaluate_stages(p, out.assignment).objective
+        if out.status == "optimal":
+            assert out.objective == opt == out.bound
+        else:
+            assert out.status == "feasible" and out.bound is None and "reason" in out.info

@@ -4,24 +4,37 @@ Same problem, same window and hint arguments, same `SolverOutput` as `solvers.cp
 independent formulation (one binary per node and allowed stage, stages as their weighted sum,
 peaks as epigraph variables) solved by CBC, or HiGHS where ``highspy`` is installed. Tests compare
 the two back ends' optima on small instances.
+
+Exact numbers. MILP solvers compute in float64 with tolerances, so this back end (1) uses the
+same exact integer weights as CP-SAT (`ObjectiveWeights.scaled`), (2) refuses with `ProblemError`
+any problem whose worst objective or longest linear sum passes `MILP_LIMIT` (2**53, where float64
+stops representing every integer), (3) recomputes the objective of the rounded assignment in
+Python ints, and (4) claims ``optimal`` only when that exact cost equals the solver's own
+objective (within 0.5); otherwise the answer is ``feasible`` with no bound and the reason in
+``info["reason"]``. ``objective`` and ``bound`` are a Python int when whole, else a
+`fractions.Fraction`, in the problem's units.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 
 import numpy as np
 import pulp
 
-from incsched.problems.stage import StageProblem
+from incsched.problems.stage import ProblemError, StageProblem, exact_number
 
 from .. import SolverOutput, SolverSettings
 
-__all__ = ["solve_stage_milp", "available_backends"]
+__all__ = ["solve_stage_milp", "available_backends", "MILP_LIMIT"]
 
 log = logging.getLogger(__name__)
+
+#: Largest objective or linear sum a MILP may see: float64 is exact for integers up to 2**53 only.
+MILP_LIMIT = 2**53
 
 
 def available_backends() -> list[str]:
@@ -65,15 +78,17 @@ def solve_stage_milp(
     Returns
     -------
     SolverOutput
-        ``objective`` in the problem's integer units (rounded: every coefficient is an integer times a
-        weight); ``bound`` equals it when proven optimal and is None otherwise, since PuLP does
-        not report the solver's dual bound. Infeasibility visible before solving gives
-        ``infeasible`` with ``info["reason"]``.
+        ``objective``: the exact cost of the rounded assignment in the problem's units (int or
+        Fraction); ``bound`` equals it when proven optimal (and the solver's float objective agrees
+        with the exact cost) and is None otherwise, since PuLP does not report the solver's dual
+        bound. Infeasibility visible before solving gives ``infeasible`` with ``info["reason"]``.
 
     Raises
     ------
     ValueError
         If ``backend`` is unknown or not installed here.
+    ProblemError
+        If the objective's range or a linear sum passes `MILP_LIMIT` (2**53).
     """
     start = time.perf_counter()
     name = f"milp-{backend}"
@@ -83,7 +98,9 @@ def solve_stage_milp(
         info["reason"] = reason
         return SolverOutput("infeasible", None, None, None, time.perf_counter() - start, name, info=info)
 
-    prob, stage_expr, on = _build(problem, allowed)
+    ints, unit = problem.weights.scaled()
+    _check_range(problem, ints)
+    prob, stage_expr, on = _build(problem, allowed, ints)
     if hint is not None:
         hint = np.asarray(hint, dtype=np.int64)
         for (v, k), var in on.items():
@@ -93,10 +110,16 @@ def solve_stage_milp(
     sol = prob.sol_status
     assignment = objective = bound = None
     if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        assignment = np.asarray([int(round(pulp.value(e))) for e in stage_expr], dtype=np.int64)
-        objective = pulp.value(prob.objective) or 0.0
-        objective = int(round(objective)) if abs(objective - round(objective)) < 1e-6 else objective
+        assignment = np.asarray([max(opts, key=lambda kv: pulp.value(kv[1]) or 0.0)[0] for opts in _by_node(on, len(stage_expr))], dtype=np.int64)
+        cost = _exact_cost(problem, assignment, ints)
+        reported = pulp.value(prob.objective) or 0.0
+        objective = exact_number(unit * cost)
         status = "optimal" if sol == pulp.LpSolutionOptimal else "feasible"
+        if status == "optimal" and abs(reported - cost) > 0.5:
+            # The solver's tolerances (a binary at 1e-7 times a byte count) moved its objective off
+            # what the rounded assignment costs: its proof is not about this assignment.
+            status = "feasible"
+            info["reason"] = f"{backend}'s objective {reported!r} differs from the assignment's exact cost {cost}; optimality not claimed"
         bound = objective if status == "optimal" else None
     elif sol == pulp.LpSolutionInfeasible or prob.status == pulp.LpStatusInfeasible:
         status = "infeasible"
@@ -127,9 +150,60 @@ def _variable(prob: pulp.LpProblem, name: str, **kwargs) -> pulp.LpVariable:
     return pulp.LpVariable(name, **kwargs)
 
 
-def _build(problem: StageProblem, allowed: np.ndarray):
+def _by_node(on: dict, n: int) -> list[list[tuple[int, pulp.LpVariable]]]:
+    out: list[list[tuple[int, pulp.LpVariable]]] = [[] for _ in range(n)]
+    for (v, k), var in on.items():
+        out[v].append((k, var))
+    return out
+
+
+def _check_range(problem: StageProblem, ints: dict[str, int]) -> None:
+    ub = problem.term_upper_bounds()
+    worst = sum(c * ub[t] for t, c in ints.items() if c)
+    longest = max(ub["mem_peak"], ub["compute_peak"] if ints["compute_peak"] else 0, 2 * ub["comm_peak"])
+    for what, size in (("the objective's range", worst), ("a linear sum", longest)):
+        if size > MILP_LIMIT:
+            raise ProblemError(
+                f"stage problem on graph {problem.graph.name!r}: {what} reaches 2^{math.log2(size):.1f}, beyond the "
+                "MILP back end's 2^53 limit (float64 stops being exact there); use CP-SAT or scale the byte counts down"
+            )
+
+
+def _exact_cost(problem: StageProblem, stages: np.ndarray, ints: dict[str, int]) -> int:
+    """sum_t c_t * term_t of an assignment, in Python ints (the MILP's objective, recomputed exactly)."""
+    g, K = problem.graph, problem.n_stages
+    s = stages.tolist()
+    load, ticks = [0] * K, [0] * K
+    node_ticks = problem.node_ticks
+    for v, (p, k) in enumerate(zip(g.param_bytes.tolist(), s)):
+        load[k] += p
+        ticks[k] += int(node_ticks[v, k])
+    cross = [0] * (K + 1)
+    comm_total = 0
+    for u, v, c in zip(g.src.tolist(), g.dst.tolist(), problem.edge_comm.tolist()):
+        if s[u] < s[v]:
+            cross[s[u]] += c
+            cross[s[v]] -= c
+            comm_total += c * (s[v] - s[u])
+    boundary, run = [], 0
+    for b in range(K - 1):
+        run += cross[b]
+        boundary.append(run)
+    spill = 0 if problem.spill_capacity is None else sum(max(x - c, 0) for x, c in zip(load, problem.spill_capacity))
+    terms = {
+        "mem_peak": max(load),
+        "comm_total": comm_total,
+        "comm_peak": max(boundary, default=0),
+        "compute_peak": max(ticks),
+        "spill": spill,
+    }
+    return sum(c * terms[t] for t, c in ints.items())
+
+
+def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
     """The MILP: binaries on[v, k], s_v = sum k on[v, k], epigraph variables for the peaks."""
-    g, K, w = problem.graph, problem.n_stages, problem.weights
+    g, K = problem.graph, problem.n_stages
+    total = int(g.param_bytes.sum())
     prob = pulp.LpProblem("stage", pulp.LpMinimize)
     on = {
         (v, k): _variable(prob, f"on_{v}_{k}", cat="Binary")
@@ -153,30 +227,31 @@ def _build(problem: StageProblem, allowed: np.ndarray):
     objective = []
     if problem.capacity is not None:
         for k in range(K):
-            prob += mem[k] <= problem.capacity[k], f"capacity_{k}"
-    if w.mem_peak > 0:
+            if problem.effective_capacity[k] < total:  # above the total a capacity constrains nothing
+                prob += mem[k] <= problem.effective_capacity[k], f"capacity_{k}"
+    if w["mem_peak"] > 0:
         peak = _variable(prob, "mem_peak", lowBound=0)
         for k in range(K):
             prob += peak >= mem[k], f"mem_peak_{k}"
-        objective.append(w.mem_peak * peak)
-    if w.spill > 0:
+        objective.append(w["mem_peak"] * peak)
+    if w["spill"] > 0:
         for k in range(K):
             spill_k = _variable(prob, f"spill_{k}", lowBound=0)
-            prob += spill_k >= mem[k] - problem.spill_capacity[k], f"spill_{k}"
-            objective.append(w.spill * spill_k)
-    if w.compute_peak > 0:
+            prob += spill_k >= mem[k] - min(problem.spill_capacity[k], total), f"spill_{k}"
+            objective.append(w["spill"] * spill_k)
+    if w["compute_peak"] > 0:
         ticks = problem.node_ticks
         peak_t = _variable(prob, "compute_peak", lowBound=0)
         for k in range(K):
             prob += peak_t >= stage_load(k, ticks[:, k]), f"compute_peak_{k}"
-        objective.append(w.compute_peak * peak_t)
+        objective.append(w["compute_peak"] * peak_t)
     comm = problem.edge_comm
-    if w.comm_total > 0:
+    if w["comm_total"] > 0:
         objective.append(
-            w.comm_total
+            w["comm_total"]
             * pulp.lpSum(int(c) * (stage_expr[v] - stage_expr[u]) for u, v, c in zip(g.src.tolist(), g.dst.tolist(), comm.tolist()) if c)
         )
-    if w.comm_peak > 0 and K > 1:
+    if w["comm_peak"] > 0 and K > 1:
         # An edge crosses boundary b (between b-1 and b) iff s_u < b <= s_v; with s_u <= s_v that
         # is [s_v >= b] - [s_u >= b], each a sum of binaries.
         peak_c = _variable(prob, "comm_peak", lowBound=0)
@@ -185,6 +260,6 @@ def _build(problem: StageProblem, allowed: np.ndarray):
             prob += peak_c >= pulp.lpSum(
                 int(c) * (at_or_after[v] - at_or_after[u]) for u, v, c in zip(g.src.tolist(), g.dst.tolist(), comm.tolist()) if c
             ), f"comm_peak_{b}"
-        objective.append(w.comm_peak * peak_c)
+        objective.append(w["comm_peak"] * peak_c)
     prob += pulp.lpSum(objective)
     return prob, stage_expr, on
