@@ -43,6 +43,7 @@ __all__ = [
     "anchored_heads",
     "anchored_tails",
     "energy_bound",
+    "energetic_heads",
     "segment_sum_bound",
 ]
 
@@ -409,7 +410,7 @@ def _anchors(problem: PlacementProblem) -> tuple[list[int | None], list[int | No
     return entries, exits
 
 
-def placement_bound_details(problem: PlacementProblem, *, segments: bool = True) -> dict[str, int]:
+def placement_bound_details(problem: PlacementProblem, *, segments: bool = True, energetic: bool = True) -> dict[str, int]:
     """Every family's value (ticks), keyed by name; ``"bound"`` is their maximum (`placement_bound`)."""
     out = {"trivial": problem.lower_bound_ticks()}
     if problem.n_nodes == 0:
@@ -417,6 +418,10 @@ def placement_bound_details(problem: PlacementProblem, *, segments: bool = True)
         return out
     head, tail = transfer_heads(problem), transfer_tails(problem)
     out["path"] = path_bound(problem, head, tail)
+    if energetic:
+        head = energetic_heads(problem, head)
+        tail = energetic_heads(problem, tail, forward=False)
+        out["energetic_path"] = path_bound(problem, head, tail)
     out["energy"] = energy_bound(problem, head, tail)
     entries, exits = _anchors(problem)
     anchored = 0
@@ -427,13 +432,13 @@ def placement_bound_details(problem: PlacementProblem, *, segments: bool = True)
             anchored = max(anchored, energy_bound(problem, head, tail, entry=x, exit_=y))
     out["anchored_energy"] = anchored
     if segments and problem.n_devices > 1:
-        out["segment_sum"] = segment_sum_bound(problem)
+        out["segment_sum"] = segment_sum_bound(problem, lambda sub: _combinatorial_bound(sub, energetic))
     out["bound"] = max(out.values())
     return out
 
 
-def _combinatorial_bound(problem: PlacementProblem) -> int:
-    return placement_bound_details(problem, segments=False)["bound"]
+def _combinatorial_bound(problem: PlacementProblem, energetic: bool = True) -> int:
+    return placement_bound_details(problem, segments=False, energetic=energetic)["bound"]
 
 
 def placement_bound(problem: PlacementProblem) -> int:
@@ -453,3 +458,118 @@ def placement_bound(problem: PlacementProblem) -> int:
     (12, 22)
     """
     return int(placement_bound_details(problem)["bound"])
+
+
+# ---------------------------------------------------------------------- heads sharpened by energy over ancestors
+
+
+def energetic_heads(
+    problem: PlacementProblem,
+    head: list[int] | None = None,
+    *,
+    max_thresholds: int = 24,
+    forward: bool = True,
+) -> list[int]:
+    """Heads (``forward``) or tails raised by an energy bound over each node's ancestors (descendants).
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        Any devices and links.
+    head : list of int, optional
+        Heads to start from (`transfer_heads`, or tails from `transfer_tails` when not ``forward``).
+    max_thresholds : int
+        Most release thresholds per node (any subset is valid; fewer are faster).
+    forward : bool
+        False: the mirror, raising tails over descendants.
+
+    Returns
+    -------
+    list of int
+        ``head[v]``: still a valid earliest start of v, at least the input's.
+
+    Notes
+    -----
+    Why it holds: every ancestor u of v runs before v starts, and at least ``t_v(u)`` before it:
+    the `_colocation_rule` distance from u's end to v's start inside the ancestors' graph (or
+    ``t_v^off(u)`` when u sits off v's device, where the last hop into v is a transfer). So the
+    ancestors form a parallel-machine problem with releases ``head`` and tails ``t_v`` whose
+    makespan is at most v's start, v's device using the plain tails and the others the off-device
+    ones: `energy_bound`'s argument with v as the exit anchor, applied to the ancestors. Nodes are
+    visited in topological order, so raised heads of ancestors are used at once.
+    """
+    g = problem.graph
+    n, D = g.n_nodes, problem.n_devices
+    dmin, cross = _costs(problem)
+    if forward:
+        head = transfer_heads(problem) if head is None else list(head)
+        order = g.topological_order().tolist()
+        bptr, bnbr = g.pred_ptr.tolist(), g.pred_idx.tolist()  # towards the ancestors
+        fptr, fnbr, feid = g.succ_ptr.tolist(), g.succ_idx.tolist(), g.succ_edge.tolist()
+    else:
+        head = transfer_tails(problem) if head is None else list(head)
+        order = g.topological_order().tolist()[::-1]
+        bptr, bnbr = g.succ_ptr.tolist(), g.succ_idx.tolist()
+        fptr, fnbr, feid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
+    pos = [0] * n
+    for i, v in enumerate(order):
+        pos[v] = i
+    anc: list[int] = [0] * n  # bitsets of ancestors (descendants when mirrored)
+    for v in order:
+        a = 0
+        for k in range(bptr[v], bptr[v + 1]):
+            u = bnbr[k]
+            a |= anc[u] | (1 << u)
+        anc[v] = a
+    P_all = np.asarray(dmin, dtype=np.int64)
+    for v in order:
+        if anc[v] == 0 or bptr[v + 1] - bptr[v] == 0:
+            continue
+        members = [u for u in range(n) if (anc[v] >> u) & 1]
+        if len(members) < 2:
+            continue
+        inside = anc[v] | (1 << v)
+        # Distances to v inside the ancestors' graph, in reverse topological order from v.
+        tv: dict[int, int] = {v: 0}
+        toff: dict[int, int] = {v: INF}
+        for u in sorted(members, key=lambda w: -pos[w]):
+            items, items_off = [], []
+            per: dict[int, list[int]] = {}
+            for k in range(fptr[u], fptr[u + 1]):
+                w = fnbr[k]
+                if not (inside >> w) & 1:
+                    continue
+                arrive = tv[w] + dmin[w] + cross[feid[k]]
+                if w in per:
+                    per[w][0] = max(per[w][0], arrive)
+                else:
+                    per[w] = [arrive, w]
+            for w, (arrive, _) in per.items():
+                items.append((arrive, tv[w], dmin[w]))
+                items_off.append((arrive, toff[w], dmin[w]))
+            # A successor w == v has zero duration-to-v here: v's own duration is not part of its head.
+            items = [(ar - (dmin[w] if w == v else 0), (lo if w != v else 0), (dm if w != v else 0))
+                     for (ar, lo, dm), w in zip(items, per)]
+            items_off = [(ar - (dmin[w] if w == v else 0), (lo if w != v else INF), (dm if w != v else 0))
+                         for (ar, lo, dm), w in zip(items_off, per)]
+            tv[u] = _colocation_rule(items)
+            toff[u] = max(tv[u], _colocation_rule(items_off))
+        idx = np.asarray(members, dtype=np.int64)
+        H = np.asarray([head[u] for u in members], dtype=np.int64)
+        Q = np.asarray([tv[u] for u in members], dtype=np.int64)
+        QO = np.asarray([toff[u] for u in members], dtype=np.int64)
+        P = P_all[idx]
+        classes = [(H, Q, 1), (H, QO, D - 1)] if D > 1 else [(H, Q, 1)]
+        thresholds = np.unique(H)
+        if len(thresholds) > max_thresholds:
+            thresholds = np.unique(thresholds[np.linspace(0, len(thresholds) - 1, max_thresholds).round().astype(int)])
+        best = head[v]
+        for a in thresholds.tolist():
+            sel = np.flatnonzero(H >= a)
+            o = sel[np.argsort(-QO[sel], kind="stable")]
+            work = np.cumsum(P[o])
+            alphas = [np.minimum.accumulate(h[o]) + np.minimum.accumulate(q[o]) for h, q, c in classes if c > 0]
+            counts = [c for _, _, c in classes if c > 0]
+            best = max(best, int(_least_makespan(work, alphas, counts).max()))
+        head[v] = best
+    return head

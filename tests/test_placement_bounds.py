@@ -15,6 +15,7 @@ from incsched.placement_bounds import (
     INF,
     anchored_heads,
     anchored_tails,
+    energetic_heads,
     energy_bound,
     path_bound,
     placement_bound,
@@ -85,6 +86,11 @@ def every_bound(p: PlacementProblem) -> dict[str, int]:
             if x is None and y is None:
                 continue
             out[f"energy[{x},{y}]"] = energy_bound(p, head, tail, entry=x, exit_=y)
+    eh, et = energetic_heads(p, head), energetic_heads(p, tail, forward=False)
+    assert all(a >= b for a, b in zip(eh, head)) and all(a >= b for a, b in zip(et, tail))
+    out["energetic_path_only"] = path_bound(p, eh, et)
+    out["energetic_heads_plain_tails"] = path_bound(p, eh, tail)
+    out["energy_energetic"] = energy_bound(p, eh, et)
     out["segment_sum_only"] = segment_sum_bound(p)
     out["placement_bound"] = placement_bound(p)
     return out
