@@ -207,3 +207,99 @@ def test_signature_ignores_names_and_sees_costs():
     assert a.signature() == chain(["x", "y", "z"], [1.0, 2.0, 3.0], [0, 5, 0]).signature()
     assert a.signature() != chain(["a", "b", "c"], [1.0, 2.0, 4.0], [0, 5, 0]).signature()
     assert a.signature() != chain(["a", "b", "c"], [1.0, 2.0, 3.0], [0, 6, 0]).signature()
+
+
+# ---------------------------------------------------------------------- exact ticks, fast symmetry (issue 12)
+
+
+def _closure_groups(devices, lat, bw):
+    """The old O(D^3) definition: union of every swappable pair."""
+    from incsched.problems.placement import _swappable
+
+    D = len(devices)
+    parent = list(range(D))
+
+    def find(a):
+        while parent[a] != a:
+            a = parent[a]
+        return a
+
+    for a in range(D):
+        for b in range(a + 1, D):
+            if _swappable(devices, lat, bw, a, b):
+                parent[find(b)] = find(a)
+    groups = {}
+    for d in range(D):
+        groups.setdefault(find(d), []).append(d)
+    return tuple(tuple(g) for g in sorted(groups.values()))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_identical_devices_match_the_pairwise_definition(seed):
+    import itertools as it
+
+    rng = np.random.default_rng(seed)
+    D = int(rng.integers(2, 9))
+    # A few device classes; links by class pair, so same-class devices are (usually) swappable,
+    # then a few entries perturbed so that some are not.
+    cls = rng.integers(0, 3, size=D)
+    table = rng.integers(1, 4, size=(3, 3)).astype(float)
+    table = table + table.T
+    lat = table[cls][:, cls] * 1e-3
+    bw = np.full((D, D), 1e9)
+    for _ in range(int(rng.integers(0, 3))):
+        a, b = rng.integers(0, D, size=2)
+        if a != b:
+            lat[a, b] = lat[b, a] = 7e-3
+    devices = [Device(f"d{i}", speed=1.0 + (cls[i] == 2), memory=None) for i in range(D)]
+    g = CompGraph(["a", "b"], ["a"], ["b"], out_bytes=[10, 0], compute_time={"cpu": [1e-3, 1e-3]})
+    p = PlacementProblem(g, devices, Links(latency=lat, bandwidth=bw))
+    assert p.identical_devices == _closure_groups(p.devices, lat, bw)
+    del it
+
+
+def test_identical_devices_are_fast_for_many_devices():
+    import time as _time
+
+    g = CompGraph(["a", "b"], ["a"], ["b"], out_bytes=[10, 0], compute_time={"cpu": [1e-3, 1e-3]})
+    D = 256
+    lat = np.full((D, D), 1e-3)
+    lat[:128, 128:] = lat[128:, :128] = 5e-3  # two islands
+    t0 = _time.perf_counter()
+    p = PlacementProblem(g, [Device(f"d{i}") for i in range(D)], Links(latency=lat))
+    groups = p.identical_devices
+    assert _time.perf_counter() - t0 < 5.0
+    assert groups == (tuple(range(128)), tuple(range(128, 256)))
+    assert len(PlacementProblem.identical(g, D).identical_devices) == 1
+    with pytest.raises(PlacementError, match="at most 256"):
+        PlacementProblem.identical(g, 1000)
+
+
+@pytest.mark.parametrize(
+    "links",
+    [dict(latency=0.0, bandwidth=1e-6), dict(latency=1e12), dict(latency=1e-3, bandwidth=1e-9)],
+)
+def test_extreme_links_give_safe_ticks(links):
+    from incsched.problems.placement import MAX_HORIZON_TICKS
+
+    g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], out_bytes=[10**6, 10**6, 0], compute_time={"cpu": [1e-9, 2e-9, 1e-9]})
+    p = PlacementProblem.identical(g, 2, **links)
+    ticks = p.transfer_ticks()
+    assert ticks.min() >= 0 and p.durations().min() >= 1
+    assert int(p.durations().max(axis=1).sum()) + int(ticks.max(axis=(1, 2)).sum()) <= MAX_HORIZON_TICKS
+    with pytest.raises(PlacementError, match="2\\*\\*50"):
+        PlacementProblem.identical(g, 2, time_unit=1e-12, **links)
+
+
+def test_tiny_node_times_with_real_links_do_not_wrap():
+    g = CompGraph(["a", "b"], ["a"], ["b"], out_bytes=[10**9, 0], compute_time={"cpu": [1e-300, 1e-300]})
+    p = PlacementProblem.identical(g, 2, latency=1e-3, bandwidth=1e9)
+    assert p.transfer_ticks().min() >= 0 and p.uniform_transfer_ticks()[0] > 0
+
+
+def test_device_memory_compares_exactly():
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[2**53 + 1, 1], compute_time={"cpu": [1.0, 1.0]})
+    with pytest.raises(PlacementInfeasibleError, match="'a'"):
+        PlacementProblem(g, [Device("d0", memory=2**53)])
+    p = PlacementProblem(g, [Device("d0", memory=2**53), Device("d1", memory=2**80)])
+    assert p.allowed_devices().tolist() == [[False, True], [True, True]]

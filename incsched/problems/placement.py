@@ -4,10 +4,22 @@ A `PlacementProblem` wraps a `CompGraph` with devices and links and converts eve
 transfer time, once, to integer ticks; the simulator, the CP-SAT model and the list schedulers all
 read those same ticks, so their makespans are directly comparable. `Placement` is the common answer
 (device per node, order per device) and `PlacementWindow` the relaxation's restriction of it.
+
+Integer ranges. Ticks are int64 everywhere (durations, transfers, start times, makespans), so
+the tick is chosen, or a given one checked, such that the horizon (every node at its slowest
+plus every edge at its slowest transfer, an upper bound on any schedule's makespan) is at most
+`MAX_HORIZON_TICKS` (2**50): sums of ticks then never wrap and stay exact even in float64. When
+the automatic tick (about `TARGET_TOTAL_TICKS` of total work) would pass it, as with a
+bandwidth of 1e-6 or a latency of 1e12 s against microsecond operations, the tick is coarsened
+until the horizon fits; a given ``time_unit`` that is too fine, or times beyond float64, raise
+`PlacementError` naming the limit. Device symmetry (`PlacementProblem.identical_devices`) is
+found by hashing each device's links, in O(D^2) for link matrices and O(D) for uniform links; at
+most `MAX_DEVICES` devices are accepted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -33,6 +45,8 @@ __all__ = [
     "FORMAT",
     "VERSION",
     "TARGET_TOTAL_TICKS",
+    "MAX_HORIZON_TICKS",
+    "MAX_DEVICES",
 ]
 
 FORMAT = "incsched.placement_problem"
@@ -42,6 +56,14 @@ VERSION = 1
 #: The automatic tick is chosen so that the graph's total work is about this many ticks: fine
 #: enough that rounding moves a makespan by well under 0.1%, coarse enough for small CP-SAT domains.
 TARGET_TOTAL_TICKS = 2e5
+
+#: Most ticks a schedule's horizon may span (see the module notes): int64 sums of ticks cannot
+#: wrap, and CP-SAT's start-time domains stay far inside its range.
+MAX_HORIZON_TICKS = 2**50
+
+#: Most devices a problem may have: transfer ticks are an [edges, D, D] table, so 1,000 devices
+#: on resnet18 would need gigabytes before any solver starts.
+MAX_DEVICES = 256
 
 
 class PlacementError(IncschedError, ValueError):
@@ -247,6 +269,11 @@ class PlacementProblem:
             if d.name in seen:
                 raise PlacementError(f"duplicate device name {d.name!r} (devices {seen[d.name]} and {i})")
             seen[d.name] = i
+        if len(devices) > MAX_DEVICES:
+            raise PlacementError(
+                f"placement problem for graph {self.graph.name!r} has {len(devices)} devices; at most {MAX_DEVICES} are "
+                "supported (transfer times are a table over every pair of devices)"
+            )
         object.__setattr__(self, "devices", devices)
         if self.links is None:
             object.__setattr__(self, "links", Links())
@@ -257,21 +284,55 @@ class PlacementProblem:
             object.__setattr__(self, "name", self.graph.name)
 
         seconds = self.durations_seconds()
+        horizon = self._horizon_seconds()
         if self.time_unit is None:
-            object.__setattr__(self, "time_unit", _auto_time_unit(float(seconds.min(axis=1).sum())))
+            unit = _auto_time_unit(float(seconds.min(axis=1).sum()))
+            if horizon / unit > MAX_HORIZON_TICKS:
+                # Transfers (or one slow node) dwarf the total work: a coarser tick keeps int64 safe.
+                unit = _round_unit_up(horizon / MAX_HORIZON_TICKS)
+            object.__setattr__(self, "time_unit", unit)
         elif isinstance(self.time_unit, bool) or not (
             isinstance(self.time_unit, (int, float, np.floating)) and math.isfinite(self.time_unit) and self.time_unit > 0
         ):
             raise PlacementError(f"time_unit must be a positive number of seconds, got {self.time_unit!r}")
+        elif horizon / float(self.time_unit) > MAX_HORIZON_TICKS:
+            raise PlacementError(
+                f"placement problem {self.name!r}: a schedule may span {horizon:.3g} s, {horizon / float(self.time_unit):.3g} "
+                f"ticks of {float(self.time_unit):g} s, beyond the supported 2**50 ticks; use a time_unit of at least "
+                f"{_round_unit_up(horizon / MAX_HORIZON_TICKS):g} s"
+            )
         object.__setattr__(self, "time_unit", float(self.time_unit))
         self._check_memory()
+
+    def _horizon_seconds(self) -> float:
+        """Every node at its slowest plus every edge over its slowest link: no schedule takes longer.
+
+        Computed from the link matrices' extremes (not the [m, D, D] table), so it is an upper
+        bound in O(n D + m + D^2). Raises `PlacementError` when it is not a finite float.
+        """
+        sec = self._seconds
+        work = float(sec.max(axis=1).sum()) if sec.size else 0.0
+        transfers = 0.0
+        if self.n_devices > 1 and self.graph.n_edges:
+            lat, bw = self.links.matrices(self.n_devices)
+            off = ~np.eye(self.n_devices, dtype=bool)
+            transfers = self.graph.n_edges * float(lat[off].max()) + float(self.graph.edge_bytes.sum()) / float(bw[off].min())
+        horizon = work + transfers
+        if not math.isfinite(horizon):
+            raise PlacementError(
+                f"placement problem {self.name!r}: node and transfer times add up to more than a float64 holds "
+                f"(work {work:.3g} s, transfers {transfers:.3g} s); check the speeds, latencies and bandwidths"
+            )
+        return horizon
 
     def _check_memory(self) -> None:
         caps = [d.memory for d in self.devices]
         if all(c is None for c in caps):
             return
         largest = math.inf if any(c is None for c in caps) else max(caps)
-        too_big = np.flatnonzero(self.graph.param_bytes > largest)
+        # Compared as Python ints (memories may exceed int64; floats round above 2**53).
+        too_big = [v for v, p in enumerate(self.graph.param_bytes.tolist()) if p > largest]
+        too_big = np.asarray(too_big, dtype=np.int64)
         if too_big.size:
             v = int(too_big[0])
             nm = self.graph.names[v]
@@ -364,8 +425,11 @@ class PlacementProblem:
 
     def allowed_devices(self) -> np.ndarray:
         """Boolean [n, D]: which devices can hold each node's parameters on their own."""
-        mem = np.array([math.inf if d.memory is None else d.memory for d in self.devices])
-        return self.graph.param_bytes.astype(np.float64)[:, None] <= mem[None, :]
+        # int64, not float64: 2**53 + 1 bytes must not fit a device of 2**53. Memories beyond the
+        # graph's total (<= 2**62) are clamped there, which changes no comparison.
+        cap = int(self.graph.param_bytes.sum())
+        mem = np.array([cap if d.memory is None else min(d.memory, cap) for d in self.devices], dtype=np.int64)
+        return self.graph.param_bytes[:, None] <= mem[None, :]
 
     @cached_property
     def identical_devices(self) -> tuple[tuple[int, ...], ...]:
@@ -375,7 +439,6 @@ class PlacementProblem:
         swaps generate all permutations, each group may be relabelled freely (symmetry breaking).
         """
         D = self.n_devices
-        lat, bw = self.links.matrices(D)
         parent = list(range(D))
 
         def find(a):
@@ -384,10 +447,20 @@ class PlacementProblem:
                 a = parent[a]
             return a
 
-        for a in range(D):
-            for b in range(a + 1, D):
-                if _swappable(self.devices, lat, bw, a, b):
-                    parent[find(b)] = find(a)
+        attrs = [(d.kind, d.speed, d.memory) for d in self.devices]
+        if self.links.uniform:
+            # Uniform links: only kind, speed and memory tell devices apart. O(D).
+            first: dict[tuple, int] = {}
+            for d, key in enumerate(attrs):
+                parent[d] = first.setdefault(key, d)
+        else:
+            lat, bw = self.links.matrices(D)
+            for a, b in _twin_candidates(attrs, lat, bw):
+                ra, rb = find(a), find(b)
+                # Candidates come from a hash; each is verified exactly, and only while the two
+                # devices are not yet known to be together, so at most D - 1 checks succeed.
+                if ra != rb and _swappable(self.devices, lat, bw, a, b):
+                    parent[max(ra, rb)] = min(ra, rb)
         groups: dict[int, list[int]] = {}
         for d in range(D):
             groups.setdefault(find(d), []).append(d)
@@ -504,13 +577,31 @@ class PlacementProblem:
 
 def _to_ticks(seconds: np.ndarray, time_unit: float) -> np.ndarray:
     # Half-up rounding (not numpy's half-to-even) so the rule is the one a reader would guess.
-    return np.floor(np.asarray(seconds, dtype=np.float64) / time_unit + 0.5).astype(np.int64)
+    ticks = np.floor(np.asarray(seconds, dtype=np.float64) / time_unit + 0.5)
+    # The horizon check makes this unreachable from a constructed problem; a cast of inf or 1e20
+    # to int64 would give -9.2e18 silently, so it is checked here too.
+    if ticks.size and not (np.all(np.isfinite(ticks)) and float(ticks.max()) <= MAX_HORIZON_TICKS):
+        raise PlacementError(f"a time of {float(np.nanmax(seconds)):.3g} s is beyond 2**50 ticks of {time_unit:g} s")
+    return ticks.astype(np.int64)
+
+
+def _round_unit_up(raw: float) -> float:
+    """The smallest 1/2/5 x 10^k value at least ``raw`` (a tick that reads well in reports)."""
+    exp = math.floor(math.log10(raw))
+    for mant in (1.0, 2.0, 5.0, 10.0):
+        unit = float(f"{mant * 10.0**exp:.6g}")
+        if unit >= raw:
+            return unit
+    return float(f"{10.0 ** (exp + 1):.6g}")
 
 
 def _auto_time_unit(total_seconds: float) -> float:
     if not total_seconds > 0:
         return 1e-6
     raw = total_seconds / TARGET_TOTAL_TICKS
+    if raw < 1e-300:
+        # Subnormal work (5e-324 s): its log10 and 10**exp underflow; such times are all but zero.
+        return 1e-300
     exp = math.floor(math.log10(raw))
     for mant in (5.0, 2.0, 1.0):
         unit = mant * 10.0**exp
@@ -519,11 +610,52 @@ def _auto_time_unit(total_seconds: float) -> float:
     return float(f"{10.0**exp:.6g}")
 
 
+def _twin_candidates(attrs, lat: np.ndarray, bw: np.ndarray):
+    """Device pairs (a, b) that may be swappable, from an O(D^2) hash of the link matrices.
+
+    For a matrix M and device a let g(a) = sum_{k != a} f(k, M[a, k]), with f(k, x) a random
+    64-bit hash of position k and value x. If a and b are swappable (equal rows and columns off
+    {a, b}, M[a, b] == M[b, a] == x) then g(a) + f(a, x) == g(b) + f(b, x): the key
+    H[a, b] = g(a) + f(a, M[a, b]) (and the same over columns, for both matrices, plus the
+    device's kind, speed and memory) equals H[b, a]. So every swappable pair has H == H.T; the
+    converse holds up to hash collisions, which the caller's exact check removes.
+    """
+    D = lat.shape[0]
+    rng = np.random.default_rng(0x5EED)  # fixed: the grouping must not depend on the run
+    pos = rng.integers(1, 2**63, size=D, dtype=np.uint64) | np.uint64(1)
+    off = ~np.eye(D, dtype=bool)
+    key = np.zeros((D, D), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for m in (lat, bw):
+            vals = np.where(off, m + 0.0, 0.0)  # + 0.0 folds -0.0 into 0.0; the diagonal is ignored
+            hv = _mix(vals.view(np.uint64))
+            for mat in (hv, hv.T):  # rows, then columns
+                f = mat * pos[None, :]  # f(k, M[a, k]) for row a, column k
+                g = np.where(off, f, np.uint64(0)).sum(axis=1, dtype=np.uint64)
+                h = g[:, None] + mat * pos[:, None]  # g(a) + f(a, M[a, b]) at [a, b]
+                key = _mix(key * np.uint64(0x9E3779B97F4A7C15) + h)
+            key = _mix(key + hv)  # the pair's own value M[a, b] (equal to M[b, a] for twins)
+        device_hash = np.array([int.from_bytes(hashlib.blake2b(repr(a).encode(), digest_size=8).digest(), "little") for a in attrs], dtype=np.uint64)
+        key = _mix(key + device_hash[:, None])
+    a_idx, b_idx = np.nonzero(np.triu(key == key.T, k=1))
+    return zip(a_idx.tolist(), b_idx.tolist())
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 def _swappable(devices, lat, bw, a, b) -> bool:
     da, db = devices[a], devices[b]
     if (da.kind, da.speed, da.memory) != (db.kind, db.speed, db.memory):
         return False
-    others = [k for k in range(len(devices)) if k not in (a, b)]
+    others = np.ones(len(devices), dtype=bool)
+    others[[a, b]] = False
     for m in (lat, bw):
         if m[a, b] != m[b, a]:
             return False
