@@ -19,32 +19,127 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
+import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from .errors import IncschedError
 
 log = logging.getLogger("incsched")
 
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every error it meets on purpose is one line on stderr and exit status 1.
+
+    Bad input of any kind (a file, an option's value, an output that cannot be written) ends as
+    ``incsched: error: <what and where>``; ``-v`` adds the traceback. A closed stdout (``| head``)
+    ends the run quietly; Ctrl-C ends it with status 130.
+    """
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
     try:
-        return args.run(args) or 0
-    except (IncschedError, FileNotFoundError) as exc:
-        print(f"incsched: error: {exc}", file=sys.stderr)
+        status = args.run(args) or 0
+        sys.stdout.flush()  # here, not at exit: a reader that went away must be caught below
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except KeyboardInterrupt:
+        print("incsched: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (IncschedError, ValueError, OSError) as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"incsched: error: {_one_line(exc)}", file=sys.stderr)
         return 1
 
 
+def _one_line(exc: BaseException) -> str:
+    """The error's message on one line; an OSError as ``FILE: what went wrong``."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" + (f" (and {exc.filename2})" if exc.filename2 else "")
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout once more at exit; pointing it at /dev/null keeps that flush quiet.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture it)
+        pass
+
+
+class _UsageError(Exception):
+    """A command line argparse refuses; `main` prints it as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a refused command line is one line and exit status 1 (see `main`)."""
+
+    def error(self, message: str):
+        raise _UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+# ---------------------------------------------------------------------------- option values
+# argparse ``type=`` functions: a value out of range is refused while parsing, naming the option.
+
+
+def _int_between(low: int, high: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())  # a Python int: exact at any size, never through float
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bound = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range (must be {bound})")
+        return value
+
+    return parse
+
+
+def _real(low: float, *, above: bool) -> callable:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r} must be finite and {'>' if above else '>='} {low:g}")
+        return value
+
+    return parse
+
+
+_count = _int_between(1)  # stages, devices, repeats ...
+_byte_count = _int_between(0)  # capacities: any size, exact
+_non_negative_int = _int_between(0)
+_seed = _int_between(0, 2**31 - 1)  # CP-SAT takes a 32-bit seed
+_workers = _int_between(1, 1024)
+_positive = _real(0.0, above=True)  # seconds, bandwidth
+_non_negative = _real(0.0, above=False)  # alpha, latency
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="incsched", description="Certified placement of computation graphs onto stages and devices.")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p = _Parser(prog="incsched", description="Certified placement of computation graphs onto stages and devices.")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging, and the traceback of an error")
     sub = p.add_subparsers(title="commands")
 
     graph = sub.add_parser("graph", help="inspect, capture and convert computation graphs").add_subparsers(title="graph commands")
@@ -60,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_args(cap, tracing=True)
     cap.add_argument("--measure", action="store_true", help="measure per-node time on --device (median of repeats)")
     cap.add_argument("--device", default="cpu", help="device for measured times (cpu, cuda)")
-    cap.add_argument("--repeats", type=int, default=5)
+    cap.add_argument("--repeats", type=_count, default=5)
     cap.set_defaults(run=_graph_capture)
 
     conv = graph.add_parser("convert", help="convert between graph formats (.json[.gz], .gml, .csv node+edge tables)")
@@ -73,13 +168,13 @@ def _parser() -> argparse.ArgumentParser:
     sol = sub.add_parser("solve", help="solve a stage or placement problem and print the certified result")
     sol.add_argument("graph", help="graph file (.json, .json.gz, .gml)")
     _add_problem_args(sol)
-    sol.add_argument("--json", metavar="OUT", help="write the result as JSON (atomically)")
+    sol.add_argument("--json", metavar="OUT", help="write the result as JSON (atomically); '-' writes it to stdout and the summary to stderr")
     sol.set_defaults(run=_solve)
 
     bat = sub.add_parser("batch", help="solve every graph file in a folder; resumable, one result file each")
     bat.add_argument("folder", help="folder of graph files (.json, .json.gz, .gml)")
     bat.add_argument("-o", "--output", required=True, help="folder for <graph>.result.json files and batch.json")
-    bat.add_argument("--jobs", type=int, default=1, help="graphs solved at once (processes)")
+    bat.add_argument("--jobs", type=_workers, default=1, help="graphs solved at once (processes)")
     _add_problem_args(bat)
     bat.set_defaults(run=_batch)
 
@@ -88,21 +183,21 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--result", required=True, help="result JSON written by incsched solve --json")
     val.add_argument("--devices", help="torch devices, one per stage or device, e.g. cuda:0,cpu (default: cpu for each)")
     val.add_argument("--graph", help="graph file whose node times predict (default: profile them on --devices first)")
-    val.add_argument("--micro-batches", type=int, default=4, help="stage results: micro-batches in the pipeline")
-    val.add_argument("--repeats", type=int, default=3, help="timed runs (median reported) after one warm-up")
+    val.add_argument("--micro-batches", type=_count, default=4, help="stage results: micro-batches in the pipeline")
+    val.add_argument("--repeats", type=_count, default=3, help="timed runs (median reported) after one warm-up")
     val.add_argument("--runtime", choices=["threads", "processes", "pipelining"], default="threads",
                      help="threads (default); processes: one per stage/device over torch.distributed (gloo, NCCL on GPUs), "
                           "point-to-point sends; pipelining: stage results under torch.distributed.pipelining's GPipe schedule")
     val.add_argument("--processes", dest="runtime", action="store_const", const="processes", help="same as --runtime processes")
-    val.add_argument("--json", metavar="OUT", help="write the validation as JSON (atomically)")
+    val.add_argument("--json", metavar="OUT", help="write the validation as JSON (atomically); '-' writes it to stdout")
     val.set_defaults(run=_validate)
 
     prof = sub.add_parser("profile", help="measure per-node kernel and launch times, and link speeds, on real devices")
     prof.add_argument("-o", "--output", required=True, help="graph file to write (.json or .json.gz), with measured times")
     prof.add_argument("--devices", default="cpu", help="comma-separated torch devices, e.g. cpu,cuda:0 (default cpu)")
     _add_model_args(prof, tracing=True)
-    prof.add_argument("--repeats", type=int, default=10, help="profiled forwards per device (default 10)")
-    prof.add_argument("--warmup", type=int, default=3, help="discarded forwards first (default 3)")
+    prof.add_argument("--repeats", type=_count, default=10, help="profiled forwards per device (default 10)")
+    prof.add_argument("--warmup", type=_non_negative_int, default=3, help="discarded forwards first (default 3)")
     prof.add_argument("--threads", type=int, help="intra-op threads for the CPU times (default: the cores each CPU worker "
                       "gets when --devices run together, e.g. 1 each for cpu,cpu on 2 cores; all cores for one CPU)")
     prof.add_argument("--links", metavar="FILE", help="also time copies between the devices and write them as JSON")
@@ -114,10 +209,10 @@ def _parser() -> argparse.ArgumentParser:
     ft.add_argument("--devices", default="cpu,cpu", help="torch devices, one per placement device (default cpu,cpu)")
     ft.add_argument("--checkpoint", help="placement policy to start from (default: the shipped one)")
     ft.add_argument("--out", required=True, help="checkpoint to write (its .json sidecar beside it)")
-    ft.add_argument("--epochs", type=int, default=3)
-    ft.add_argument("--samples", type=int, default=4, help="sampled placements per epoch, each executed and timed")
-    ft.add_argument("--repeats", type=int, default=3, help="timed runs per distinct placement (median)")
-    ft.add_argument("--seed", type=int, default=0)
+    ft.add_argument("--epochs", type=_count, default=3)
+    ft.add_argument("--samples", type=_count, default=4, help="sampled placements per epoch, each executed and timed")
+    ft.add_argument("--repeats", type=_count, default=3, help="timed runs per distinct placement (median)")
+    ft.add_argument("--seed", type=_seed, default=0)
     ft.set_defaults(run=_finetune)
 
     tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
@@ -130,9 +225,9 @@ def _parser() -> argparse.ArgumentParser:
 def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
     """The zoo model to build (offline, random weights) and its input sizes; how to trace it."""
     p.add_argument("--model", required=True, help="zoo model name, e.g. resnet50, bert_base, gpt2")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--seq-len", type=int, default=128, help="sequence length for transformer models")
-    p.add_argument("--image-size", type=int, help="image height and width for vision models (default the model's)")
+    p.add_argument("--batch-size", type=_count, default=1)
+    p.add_argument("--seq-len", type=_count, default=128, help="sequence length for transformer models")
+    p.add_argument("--image-size", type=_count, help="image height and width for vision models (default the model's)")
     if tracing:
         p.add_argument("--method", choices=["export", "fx"], default="export", help="torch.export (default) or torch.fx tracing")
         p.add_argument("--coarsen", default="trivial", help="none | trivial | chains | module:DEPTH (default trivial)")
@@ -141,33 +236,77 @@ def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
 def _validate(args) -> int:
     from .capture import capture, zoo
     from .execute import default_devices, profile_devices, validate_result
-    from .jsonio import write_json
     from .result import Result
 
     result = Result.load(args.result)
-    devices = _device_list(args.devices) if args.devices else default_devices(result)
+    timed = _read_graph(args.graph, None) if args.graph else None  # bad files fail before the slow capture
+    devices = _device_list(args.devices) if args.devices else None
+    _check_assignment(result, args.result, n_parts=len(devices) if devices else None, names=timed.names if timed else None)
+    devices = devices or default_devices(result)
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     captured = capture(model, inputs, name=args.model)
-    if not args.graph:  # node times on every device kind of the run, the CPU's with its workers' threads
+    if timed is None:  # node times on every device kind of the run, the CPU's with its workers' threads
         graph, _ = profile_devices(captured, devices, repeats=5, warmup=2)
         captured = dataclasses.replace(captured, graph=graph)
     else:
-        timed = _read_graph(args.graph, None)
         if timed.structure_digest() != captured.graph.structure_digest():
             raise IncschedError(f"{args.graph}: not the graph of {args.model} as captured here (nodes or edges differ)")
         # the times and what they were measured under (threads, device), so notes judge the right ones
         meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
     v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, runtime=args.runtime)
+    out = sys.stderr if args.json == "-" else sys.stdout  # stdout carries the JSON
     what = f"{v.micro_batches} micro-batches" if v.kind == "stage" else "solved per-device order"
-    print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}")
-    print(f"outputs match the unsplit model (max |diff| {v.max_abs_diff:.3g}); medians of {v.repeats} runs after a warm-up")
-    print(v.table())
+    print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}", file=out)
+    print(f"outputs match the unsplit model (max |diff| {v.max_abs_diff:.3g}); medians of {v.repeats} runs after a warm-up", file=out)
+    print(v.table(), file=out)
     for note in v.notes:
-        print(f"note: {note}")
+        print(f"note: {note}", file=out)
     if args.json:
-        write_json(args.json, v.to_json(), indent=1)
+        failed = _write_json_output(args.json, v.to_json())
+        if failed:
+            raise IncschedError(f"the validation above was not written: {failed}")
     return 0
+
+
+def _check_assignment(result, source: str, *, n_parts: int | None = None, names=None) -> None:
+    """Refuse a result whose stage or device assignment is malformed, naming the node.
+
+    Stages and devices must be whole numbers (not booleans, floats, strings or lists) in
+    ``0 .. K-1``, where K is the result's own stage count (``terms.stage_mem``) or device count
+    (``order``), and below ``n_parts`` when that many devices are given. ``names`` (the graph's node
+    names, when known) name the offending node; else it is named by index.
+
+    Raises
+    ------
+    IncschedError
+    """
+    field = "stages" if result.problem == "stage" else "device"
+    values = result.assignment
+    if values is None:
+        return  # nothing to execute; validate_result says so
+    if not isinstance(values, list):
+        raise IncschedError(f"{source}: '{field}' must be a list with one entry per node, got {type(values).__name__}")
+    if result.problem == "stage":
+        stage_mem = (result.terms or {}).get("stage_mem") if isinstance(result.terms, dict) else None
+        limit = len(stage_mem) if isinstance(stage_mem, list) and stage_mem else None
+        what = "stages"
+    else:
+        limit = len(result.order) if isinstance(result.order, list) and result.order else None
+        what = "devices"
+        if result.order is not None and not (
+            isinstance(result.order, list) and all(isinstance(o, list) and all(type(x) is int for x in o) for o in result.order)
+        ):
+            raise IncschedError(f"{source}: 'order' must be a list of lists of node indices, one list per device")
+    if n_parts is not None:
+        limit = n_parts if limit is None else min(limit, n_parts)
+    for i, v in enumerate(values):
+        node = f"node {names[i]!r}" if names is not None and i < len(names) else f"node {i}"
+        if type(v) is not int:  # noqa: E721 - bool is an int subclass and must not pass
+            raise IncschedError(f"{source}: {field} of {node} is {v!r}; {what} are whole numbers")
+        if v < 0 or (limit is not None and v >= limit):
+            bound = f"0 .. {limit - 1}" if limit is not None else "non-negative"
+            raise IncschedError(f"{source}: {field} of {node} is {v}, out of range (the result has {what} {bound})")
 
 
 def _profile(args) -> int:
@@ -178,8 +317,6 @@ def _profile(args) -> int:
     from .jsonio import write_json
 
     devices = _device_list(args.devices)  # fail before the slow capture
-    if not devices:
-        raise IncschedError("--devices names no device")
     sizes = _byte_sizes(args.link_sizes) if args.links else ()
     if args.threads is not None and args.threads < 1:
         raise IncschedError(f"--threads must be >= 1, got {args.threads}")
@@ -225,7 +362,7 @@ def _byte_sizes(text: str) -> list[int]:
         number, unit = (item[:-1], item[-1]) if item and item[-1] in units else (item, "")
         try:
             value = int(float(number) * units[unit])
-        except ValueError:
+        except (ValueError, OverflowError):
             raise IncschedError(f"--link-sizes: {item!r} is not a byte count (e.g. 4K, 1M, 65536)") from None
         if value <= 0:
             raise IncschedError(f"--link-sizes: sizes must be positive, got {item!r}")
@@ -268,7 +405,13 @@ def _device_list(text: str) -> list[str]:
     """``--devices cuda:0,cpu`` as torch device strings, each checked to exist on this machine."""
     from .execute import check_devices
 
-    return [str(d) for d in check_devices([d.strip() for d in text.split(",") if d.strip()])]
+    names = [d.strip() for d in text.split(",")]
+    if not any(names):
+        raise IncschedError(f"--devices {text!r} names no device (e.g. cpu,cuda:0)")
+    for i, d in enumerate(names):
+        if not d:
+            raise IncschedError(f"--devices {text!r}: entry {i + 1} is empty (e.g. cpu,cuda:0)")
+    return [str(d) for d in check_devices(names)]
 
 
 def _train(args) -> int:
@@ -281,25 +424,32 @@ def _train(args) -> int:
 
 def _add_problem_args(p: argparse.ArgumentParser) -> None:
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--stages", type=int, metavar="K", help="stage problem with K pipeline stages")
-    what.add_argument("--devices", type=int, metavar="N", help="placement problem on N identical devices")
+    what.add_argument("--stages", type=_count, metavar="K", help="stage problem with K pipeline stages")
+    what.add_argument("--devices", type=_count, metavar="N", help="placement problem on N identical devices")
     what.add_argument("--links", metavar="FILE", help="placement problem on the measured devices and links of FILE (incsched profile --links)")
-    p.add_argument("--alpha", type=float, default=100.0, help="stage: weight of mem_peak in the peer objective (default 100)")
+    p.add_argument("--alpha", type=_non_negative, default=100.0, help="stage: weight of mem_peak in the peer objective (default 100)")
     p.add_argument(
         "--weights",
-        help="stage: objective weights instead of the peer form, e.g. mem_peak=1,comm_total=0.001,compute_peak=1 (comm in bytes)",
+        help="stage: objective weights instead of the peer form, e.g. mem_peak=1,comm_total=0.001,compute_peak=1 (comm in bytes); "
+             "terms mem_peak, comm_total, comm_peak, compute_peak, spill",
     )
-    p.add_argument("--capacity", type=int, help="stage: hard per-stage parameter memory in bytes")
+    p.add_argument("--capacity", type=_byte_count, help="stage: hard per-stage parameter memory in bytes")
+    p.add_argument("--spill-capacity", type=_byte_count, metavar="BYTES",
+                   help="stage: per-stage memory beyond which parameters spill (needed by the spill term of --weights)")
     p.add_argument("--kind", default="cpu", help="device kind whose node times are used (default cpu)")
-    p.add_argument("--bandwidth", type=float, help="placement: link bandwidth in bytes/s (default: infinite)")
-    p.add_argument("--latency", type=float, default=0.0, help="placement: link latency in seconds")
+    p.add_argument("--bandwidth", type=_positive, help="placement: link bandwidth in bytes/s (default: infinite)")
+    p.add_argument("--latency", type=_non_negative, default=0.0, help="placement: link latency in seconds")
     p.add_argument("--method", default="inc-ilp", help="inc-ilp (default), ilp, ilp-hinted, rl, or a baseline name")
     p.add_argument("--preschedule", metavar="NAME",
-                   help="inc-ilp's incumbent: rl (the learned policy) or a baseline name (default: the best baseline)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="seconds (deterministic seconds in deterministic mode)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=1, help="CP-SAT workers; more than 1 implies --no-deterministic")
-    p.add_argument("--no-deterministic", action="store_true", help="wall-clock limits, parallel search: not reproducible")
+                   help="inc-ilp's incumbent: rl (the learned policy) or a baseline name (default: the best of both, by the evaluator)")
+    p.add_argument("--time-limit", type=_positive, default=60.0,
+                   help="wall-clock seconds from the command's start, everything counted (default 60)")
+    p.add_argument("--work-limit", type=_positive, metavar="SECONDS",
+                   help="deterministic work budget (CP-SAT deterministic seconds): a run it ends repeats byte for byte")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of every randomised step, 0 .. 2**31-1 (default 0)")
+    p.add_argument("--workers", type=_workers, default=1, help="CP-SAT workers; more than 1 implies --no-deterministic")
+    p.add_argument("--no-deterministic", action="store_true", help="parallel search: faster, never reproducible")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live progress line on stderr")
 
 
 # ---------------------------------------------------------------------------- graph commands
@@ -408,42 +558,97 @@ def _recipe(args):
     from .batch import ProblemRecipe
 
     if args.stages is not None:
+        weights = _parse_weights(args.weights) if args.weights is not None else None
+        if weights and weights.get("spill", 0) > 0 and args.spill_capacity is None:
+            raise IncschedError("--weights: the spill term needs --spill-capacity BYTES (per-stage memory beyond which parameters spill)")
         return ProblemRecipe(
             "stage",
             n_stages=args.stages,
             alpha=args.alpha,
-            weights=_parse_weights(args.weights) if args.weights else None,
+            weights=weights,
             capacity=args.capacity,
+            spill_capacity=args.spill_capacity,
             device_kind=args.kind,
         )
+    if args.spill_capacity is not None:
+        raise IncschedError("--spill-capacity belongs to stage problems (--stages K)")
     if args.links:
-        from .jsonio import read_json
-
-        measured = read_json(args.links)
-        if not isinstance(measured, dict) or "placement_devices" not in measured or "links" not in measured:
-            raise IncschedError(f"{args.links}: not a links file written by incsched profile --links")
-        return ProblemRecipe("placement", devices=measured["placement_devices"], links=measured["links"])
+        devices, links = _read_links(args.links)
+        return ProblemRecipe("placement", devices=devices, links=links)
     return ProblemRecipe("placement", n_devices=args.devices, bandwidth=args.bandwidth, latency=args.latency, device_kind=args.kind)
 
 
-def _solve_kwargs(args) -> dict:
+def _read_links(path: str) -> tuple[list[dict], dict]:
+    """The measured devices and links of an ``incsched profile --links`` file, each checked."""
+    from .jsonio import read_json
+    from .problems.placement import Device, Links
+
+    data = read_json(path)
+    if not isinstance(data, dict) or "placement_devices" not in data or "links" not in data:
+        raise IncschedError(f"{path}: not a links file written by incsched profile --links")
+    devices, links = data["placement_devices"], data["links"]
+    if not isinstance(devices, list) or not devices or not all(isinstance(d, dict) for d in devices):
+        raise IncschedError(f"{path}: 'placement_devices' must be a non-empty list of device objects")
+    if not isinstance(links, dict):
+        raise IncschedError(f"{path}: 'links' must be an object with 'latency' and 'bandwidth'")
+    known = {f.name for f in dataclasses.fields(Device)}
+    for i, d in enumerate(devices):
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise IncschedError(f"{path}: device {i} has unknown field(s) {unknown} (known: {sorted(known)})")
+        try:
+            Device(**d)
+        except IncschedError as exc:
+            raise IncschedError(f"{path}: {exc}") from None
+    for key in ("latency", "bandwidth"):
+        value = links.get(key)
+        if isinstance(value, list):
+            if len(value) != len(devices) or not all(isinstance(row, list) and len(row) == len(devices) for row in value):
+                raise IncschedError(f"{path}: links '{key}' must be a {len(devices)} x {len(devices)} matrix, one row per device")
+            if not all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for row in value for x in row):
+                raise IncschedError(f"{path}: links '{key}' must hold numbers (or null for no link)")
+    try:
+        Links.from_dict(links)
+    except IncschedError as exc:
+        raise IncschedError(f"{path}: {exc}") from None
+    return devices, links
+
+
+def _solve_kwargs(args, *, counted_from_start: bool = False) -> dict:
+    """`solve()`'s keyword arguments; ``counted_from_start`` charges the process's own start-up
+    (imports, reading the graph) to ``--time-limit``, as the user's clock does."""
     deterministic = not args.no_deterministic and args.workers == 1
-    kwargs = dict(method=args.method, time_limit=args.time_limit, seed=args.seed, deterministic=deterministic, workers=args.workers)
+    time_limit = args.time_limit
+    if counted_from_start:
+        time_limit = max(time_limit - _seconds_since_start(), 1e-3)
+    kwargs = dict(method=args.method, time_limit=time_limit, work_limit=args.work_limit, seed=args.seed,
+                  deterministic=deterministic, workers=args.workers)
     if args.preschedule:
         kwargs["preschedule"] = args.preschedule
     return kwargs
 
 
-def _parse_weights(text: str) -> dict[str, float]:
-    out = {}
+def _parse_weights(text: str) -> dict[str, int | float]:
+    """``--weights mem_peak=1,comm_total=1e-3`` as {term: weight}; integers stay exact Python ints."""
+    from .problems.stage import ObjectiveWeights
+
+    terms = [f.name for f in dataclasses.fields(ObjectiveWeights)]
+    out: dict[str, int | float] = {}
     for item in text.split(","):
-        key, sep, value = item.partition("=")
+        key, sep, value = (part.strip() for part in item.partition("="))
         if not sep:
-            raise IncschedError(f"--weights: expected TERM=VALUE, got {item!r}")
+            raise IncschedError(f"--weights: expected TERM=VALUE, got {item.strip()!r} (terms: {', '.join(terms)})")
+        if key not in terms:
+            raise IncschedError(f"--weights: unknown term {key!r} (terms: {', '.join(terms)})")
+        if key in out:
+            raise IncschedError(f"--weights: term {key!r} given twice")
         try:
-            out[key.strip()] = float(value)
+            weight = int(value) if value.lstrip("+-").isdigit() else float(value)
         except ValueError:
-            raise IncschedError(f"--weights: {value!r} is not a number (for {key.strip()!r})") from None
+            raise IncschedError(f"--weights: {value!r} is not a number (for {key!r})") from None
+        if isinstance(weight, float) and not math.isfinite(weight) or weight < 0:
+            raise IncschedError(f"--weights: {key}={value} must be finite and non-negative")
+        out[key] = weight
     return out
 
 
@@ -451,21 +656,75 @@ def _solve(args) -> int:
     from .solve import solve
 
     problem = _recipe(args).build(_read_graph(args.graph, None))
-    result = solve(problem, **_solve_kwargs(args))
-    if args.json:  # before printing: a closed stdout must not lose the result
-        result.save(args.json)
-    print(format_result(result))
-    if args.json:
-        print(f"result written to {args.json}")
+    live = not args.quiet and sys.stderr.isatty()
+    result = solve(problem, **_solve_kwargs(args, counted_from_start=True), on_progress=_progress_line if live else None)
+    if live:
+        sys.stderr.write("\n")
+    # Written before printing, so that a closed stdout cannot lose it; a write that fails does not
+    # lose it either: the summary is printed all the same, then the error.
+    failed = _write_json_output(args.json, result.to_json()) if args.json else None
+    summary = sys.stderr if args.json == "-" else sys.stdout  # stdout carries the JSON
+    print(format_result(result), file=summary)
+    if failed:
+        raise IncschedError(f"the result above was not written: {failed}")
+    if args.json and args.json != "-":
+        print(f"result written to {args.json}", file=summary)
+    if result.stop_reason == "interrupted":
+        return EXIT_INTERRUPTED
     return 0 if result.status != "unknown" else 3
 
 
+def _progress_line(progress) -> None:
+    """The live line on stderr: phase, best, bound, gap, elapsed."""
+    gap = "" if progress.gap is None else f"  gap {100 * progress.gap:.4f} %"
+    sys.stderr.write(f"\r{progress.phase:<24} best {_number(progress.objective)}  bound {_number(progress.lower_bound)}"
+                     f"{gap}  {progress.elapsed:7.1f} s\x1b[K")
+    sys.stderr.flush()
+
+
+def _number(x) -> str:
+    """An exact objective for people: ints with separators, Fractions as decimals."""
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{float(x):,.6g}" if abs(x) >= 1e6 else f"{float(x):,.6f}".rstrip("0").rstrip(".")
+
+
+def _seconds_since_start() -> float:
+    """Wall seconds since this process started (Linux's /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)  # field 22: start time
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _write_json_output(path: str, data) -> str | None:
+    """Write ``data`` to ``path`` (atomically), or to stdout for ``-``; why it failed, or None."""
+    from .jsonio import json_bytes, write_json
+
+    if path == "-":
+        sys.stdout.write(json_bytes(data, indent=1).decode("utf-8") + "\n")
+        sys.stdout.flush()
+        return None
+    try:
+        write_json(path, data, indent=1)
+    except (OSError, ValueError) as exc:
+        return _one_line(exc)
+    return None
+
+
 def _batch(args) -> int:
-    from .batch import graph_files, run_batch
+    from .batch import BatchInterrupted, graph_files, run_batch
 
     files = graph_files(args.folder)
     if not files:
         raise IncschedError(f"{args.folder}: no graph files (.json, .json.gz, .gml) found")
+    recipe = _recipe(args)  # a bad option or links file fails before any worker starts
 
     def progress(item, done, total):
         width = 30
@@ -473,9 +732,22 @@ def _batch(args) -> int:
         what = item.error if item.outcome == "failed" else f"{item.status} {item.objective}"
         print(f"\r[{bar:<{width}}] {done}/{total} {Path(item.graph_file).name}: {item.outcome} {what}", file=sys.stderr)
 
-    items = run_batch(files, args.output, _recipe(args), jobs=args.jobs, progress=progress, **_solve_kwargs(args))
-    counts = {k: sum(it.outcome == k for it in items) for k in ("solved", "skipped", "failed")}
-    print(f"{counts['solved']} solved, {counts['skipped']} already done, {counts['failed']} failed -> {args.output}")
+    try:
+        items = run_batch(files, args.output, recipe, jobs=args.jobs, progress=progress, **_solve_kwargs(args))
+    except BatchInterrupted as stop:
+        _batch_summary(stop.items, args.output)
+        print(f"incsched: interrupted; the results written are kept, {Path(args.output) / 'batch.json'} lists what is done",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _batch_summary(items, args.output)
+
+
+def _batch_summary(items, output: str) -> int:
+    counts = {k: sum(it.outcome == k for it in items) for k in ("solved", "skipped", "failed", "interrupted")}
+    line = f"{counts['solved']} solved, {counts['skipped']} already done, {counts['failed']} failed"
+    if counts["interrupted"]:
+        line += f", {counts['interrupted']} not done (interrupted)"
+    print(f"{line} -> {output}")
     for it in items:
         if it.outcome == "failed":
             print(f"  failed: {it.graph_file}: {it.error}")
@@ -486,13 +758,13 @@ def format_result(r) -> str:
     """A readable summary of a `Result`: status, objective, bound, gap, loads, phase times."""
     lines = [
         f"graph {r.graph}: {r.problem} problem, method {r.method}, seed {r.seed}"
-        + ("" if r.deterministic else " (not deterministic)"),
-        f"status       {r.status}" + (f"  ({r.reason})" if r.reason else ""),
+        + ("" if r.reproducible else " (not reproducible)"),
+        f"status       {r.status}" + (f"  ({r.reason})" if r.reason else "") + f"  [stopped: {r.stop_reason}]",
     ]
     if r.objective is not None:
-        lines.append(f"objective    {r.objective:,}")
+        lines.append(f"objective    {_number(r.objective)}")
     if r.lower_bound is not None:
-        lines.append(f"lower bound  {r.lower_bound:,}  ({r.bound_source})")
+        lines.append(f"lower bound  {_number(r.lower_bound)}  ({r.bound_source})")
     if r.gap is not None:
         lines.append(f"gap          {100 * r.gap:.4f} %")
     t = r.terms

@@ -21,7 +21,7 @@ import numpy as np
 from .errors import FormatError, LimitError
 from .limits import ENV_VARS, InputLimits, input_limits
 
-__all__ = ["read_json", "write_json", "atomic_write_bytes", "read_limited", "json_depth"]
+__all__ = ["read_json", "write_json", "json_bytes", "atomic_write_bytes", "read_limited", "json_depth"]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -49,13 +49,18 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def json_bytes(obj: Any, *, indent: int | None = None) -> bytes:
+    """``obj`` as the UTF-8 JSON bytes `write_json` writes (sorted keys, no NaN or infinity)."""
+    text = json.dumps(obj, indent=indent, sort_keys=True, allow_nan=False, separators=(",", ":") if indent is None else None)
+    return text.encode("utf-8")
+
+
 def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = None) -> None:
     """Serialise ``obj`` to ``path`` atomically; gzip when the name ends in ``.gz``.
 
     Keys are sorted and the gzip header carries no time stamp, so equal objects give equal bytes.
     """
-    text = json.dumps(obj, indent=indent, sort_keys=True, allow_nan=False, separators=(",", ":") if indent is None else None)
-    data = text.encode("utf-8")
+    data = json_bytes(obj, indent=indent)
     if str(path).endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     atomic_write_bytes(path, data)
