@@ -209,3 +209,85 @@ def test_generated_graph_bound_below_a_schedule_and_fast():
     assert time.perf_counter() - t0 < 5.0
     ub = simulate(p, critical_path_list(p), "ordered").makespan
     assert p.lower_bound_ticks() < lb <= ub
+
+
+# ---------------------------------------------------------------------- per-node heads and tails hold in every schedule
+
+
+@st.composite
+def scheduled(draw, max_nodes=9, max_devices=4):
+    """A problem and one arbitrary schedule of it (random assignment, random topological priority)."""
+    p = draw(problems(max_nodes=max_nodes, max_devices=max_devices))
+    n, D = p.n_nodes, p.n_devices
+    dev = draw(st.lists(st.integers(0, D - 1), min_size=n, max_size=n))
+    prio = draw(st.permutations(list(range(n))))
+    topo = p.graph.topological_order().tolist()
+    # Priority consistent with the edges: rank nodes by position in a topological order, ties by prio.
+    pos = {v: i for i, v in enumerate(topo)}
+    key = [pos[v] * n + prio[v] for v in range(n)]
+    return p, simulate(p, Placement.from_assignment(dev, D, priority=key))
+
+
+def assert_heads_hold(p, sched, head, tail):
+    for v in range(p.n_nodes):
+        assert int(sched.start[v]) >= head[v], f"node {v}: head {head[v]} > start {int(sched.start[v])}"
+        assert int(sched.makespan) - int(sched.end[v]) >= tail[v], f"node {v}: tail {tail[v]} too long"
+
+
+@given(scheduled())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_heads_and_tails_hold_in_any_schedule(case):
+    p, sched = case
+    head, tail = transfer_heads(p), transfer_tails(p)
+    assert_heads_hold(p, sched, head, tail)
+    eh, et = energetic_heads(p, head), energetic_heads(p, tail, forward=False)
+    assert_heads_hold(p, sched, eh, et)
+    # Anchored heads hold for every node off the anchor's device.
+    for x in range(p.n_nodes):
+        hx, qx = anchored_heads(p, x, eh), anchored_tails(p, x, et)
+        for v in range(p.n_nodes):
+            if sched.device[v] != sched.device[x]:
+                assert int(sched.start[v]) >= hx[v]
+                assert int(sched.makespan) - int(sched.end[v]) >= qx[v]
+    assert placement_bound(p) <= sched.makespan
+
+
+@given(scheduled(max_nodes=9, max_devices=3))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_window_heads_hold_in_any_schedule(case):
+    from solvers.cpsat.placement_bounds import window_bound, window_heads
+
+    p, sched = case
+    s = SolverSettings(time_limit=10.0)
+    head, info = window_heads(p, s, transfer_heads(p), max_nodes=5)
+    tail, _ = window_heads(p, s, transfer_tails(p), forward=False, max_nodes=5)
+    assert_heads_hold(p, sched, head, tail)
+    bound, info = window_bound(p, s, max_nodes=6)
+    assert p.lower_bound_ticks() <= bound <= sched.makespan
+    assert_heads_hold(p, sched, info["head"], info["tail"])
+
+
+@given(problems(max_nodes=5, max_devices=3))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_cpsat_strengthened_bound_below_brute_force(p):
+    from incsched.placement_bounds import placement_bound_cpsat
+
+    bound, info = placement_bound_cpsat(p, SolverSettings(time_limit=10.0))
+    assert placement_bound(p) <= bound <= brute_force_makespan(p), info
+
+
+def test_windows_see_that_sharing_is_transitive():
+    # A 2x2-tiled two-layer FFNN on 4 devices, transfers about twice a matmul: the per-node rule
+    # lets every sum keep both its matmuls local; a window of the layer sees that this puts both
+    # inputs on one device.
+    from incsched.generators import bandwidth_for_comm_ratio, ffnn
+    from incsched.placement_bounds import placement_bound_cpsat
+
+    g = ffnn(n_layers=2, tiles=2)
+    p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
+    comb = placement_bound(p)
+    strong, info = placement_bound_cpsat(p, SolverSettings(time_limit=20.0))
+    out = solve_placement(p, SolverSettings(time_limit=60.0, max_deterministic_time=30.0))
+    assert comb < strong <= out.objective
+    if out.status == "optimal":
+        assert strong <= out.objective
