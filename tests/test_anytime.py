@@ -1,0 +1,144 @@
+"""The anytime contract of solve(): the user's clock, the work budget, Ctrl-C, progress, widening."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from incsched.evaluate import evaluate_stages
+from incsched.formats import save_graph
+from incsched.generators import icml24_like, layered_dag
+from incsched.problems import PlacementProblem, StageProblem
+from incsched.solve import SolveArgumentError, solve
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _dump(r) -> str:
+    return json.dumps(r.to_json(timing=False), sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def big_stage():
+    """1,000 nodes, K=10, the ICML'24 peer objective: nothing proves it in seconds."""
+    return StageProblem.peer(icml24_like(1000, seed=1), n_stages=10, alpha=100)
+
+
+def _sigint_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_sigint_returns_the_best_answer_so_far_within_two_seconds(big_stage):
+    started = time.perf_counter()
+    _sigint_after(2.0)
+    r = solve(big_stage, "inc-ilp", time_limit=60)
+    took = time.perf_counter() - started
+    assert took < 2.0 + 2.0
+    assert r.stop_reason == "interrupted" and not r.reproducible
+    assert r.status in ("feasible", "optimal")
+    ev = evaluate_stages(big_stage, r.stages)
+    assert ev.feasible and ev.objective == r.objective
+    assert r.lower_bound <= r.objective
+
+
+def test_sigint_stops_the_cli_which_writes_its_result_and_exits_130(big_stage, tmp_path):
+    graph = tmp_path / "g.json"
+    save_graph(big_stage.graph, graph)
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "incsched.cli", "solve", str(graph), "--stages", "10", "--time-limit", "60", "--json", str(out)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(4.0)  # past the imports, into the search
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.perf_counter() - sent < 2.0 + 1.0, stderr
+    assert proc.returncode == 130, stderr
+    saved = json.loads(out.read_text())
+    assert saved["stop_reason"] == "interrupted"
+    assert evaluate_stages(big_stage, saved["stages"]).objective == saved["objective"]
+
+
+@pytest.mark.parametrize("limit", [1.0, 3.0])
+def test_the_clock_holds_in_deterministic_mode(big_stage, limit):
+    started = time.perf_counter()
+    r = solve(big_stage, "inc-ilp", time_limit=limit)
+    assert time.perf_counter() - started <= 1.05 * limit + 1.0
+    assert r.stop_reason == "time" and not r.reproducible
+    assert evaluate_stages(big_stage, r.stages).objective == r.objective
+
+
+def test_the_clock_holds_for_placements():
+    g = layered_dag(150, n_layers=15, mean_in_degree=1.8, flops=(1e6, 5e7), out_bytes=(1000, 200000), seed=4)
+    p = PlacementProblem.identical(g, 8, bandwidth=1e8)
+    started = time.perf_counter()
+    r = solve(p, "inc-ilp", time_limit=2.0, deterministic=False, workers=2)
+    assert time.perf_counter() - started <= 1.05 * 2.0 + 1.0
+    assert r.status in ("feasible", "optimal", "window_optimal")
+
+
+def test_a_run_bounded_by_work_is_byte_identical(big_stage):
+    a = solve(big_stage, "inc-ilp", time_limit=120, work_limit=2.0, seed=5)
+    b = solve(big_stage, "inc-ilp", time_limit=120, work_limit=2.0, seed=5)
+    assert a.stop_reason == "work" and a.reproducible
+    assert _dump(a) == _dump(b)
+
+
+def test_progress_sees_improving_objectives_and_rising_bounds(big_stage):
+    seen = []
+    r = solve(big_stage, "inc-ilp", time_limit=60, work_limit=2.0, on_progress=seen.append)
+    objectives = [s.objective for s in seen if s.objective is not None]
+    bounds = [s.lower_bound for s in seen if s.lower_bound is not None]
+    assert len(objectives) >= 2, "the incumbent and at least one improvement"
+    assert all(a >= b for a, b in zip(objectives, objectives[1:]))
+    assert all(a <= b for a, b in zip(bounds, bounds[1:]))
+    assert objectives[-1] == r.objective
+    assert all(s.elapsed >= 0 and s.phase for s in seen)
+
+
+def test_progress_callback_can_stop_the_run(big_stage):
+    calls = []
+
+    def stop_after_first_improvement(progress):
+        calls.append(progress)
+        return not progress.phase.startswith("band")
+
+    r = solve(big_stage, "inc-ilp", time_limit=60, on_progress=stop_after_first_improvement)
+    assert r.stop_reason == "callback" and not r.reproducible
+    assert calls[-1].phase.startswith("band") and calls[-1].objective == r.objective
+
+
+def test_windows_widen_until_the_optimum_stops_moving():
+    g = layered_dag(30, n_layers=8, mean_in_degree=1.6, param_bytes=(0, 5000), out_bytes=(1, 100), seed=1)
+    p = StageProblem.peer(g, n_stages=4, alpha=100)
+    r = solve(p, "inc-ilp", time_limit=30, preschedule="asap", radius=1)
+    radii = [s["radius"] for s in r.provenance["steps"] if s["phase"] == "window"]
+    assert radii and radii[0] == 1
+    assert radii == sorted(radii) and len(set(radii)) >= 2, f"the window widened: {radii}"
+    assert r.status == "optimal" and r.stop_reason == "optimal" and r.reproducible
+    assert r.objective == solve(p, "ilp", time_limit=30).objective
+
+
+def test_portfolio_says_which_incumbent_won():
+    g = layered_dag(30, n_layers=6, mean_in_degree=1.6, param_bytes=(0, 5000), out_bytes=(1, 100), seed=2)
+    r = solve(StageProblem.peer(g, n_stages=3), "inc-ilp", time_limit=5)
+    step = next(s for s in r.provenance["steps"] if s["phase"] == "incumbent")
+    assert step["winner"] in step["scores"] and "rl" not in step["scores"]
+    assert "policy skipped" in step["note"]  # 5 s is too short for the policy's first load
+
+
+@pytest.mark.parametrize("bad", [dict(time_limit=float("nan")), dict(time_limit=0), dict(time_limit=-1),
+                                 dict(time_limit=float("inf")), dict(work_limit=0), dict(workers=0)])
+def test_limits_out_of_range_are_refused(bad):
+    g = layered_dag(8, n_layers=3, seed=0)
+    with pytest.raises(SolveArgumentError):
+        solve(StageProblem.peer(g, n_stages=2), **bad)
