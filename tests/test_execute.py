@@ -237,11 +237,42 @@ def test_validate_result_checks_the_graph(block, resnet18):
 
 def test_rank_placements(block):
     problem = device_problem(block.graph, ["cpu", "cpu"])
-    placements = {m: Placement(r.device, r.order) for m in ("heft", "round_robin", "single_device") for r in [solve(problem, m)]}
+    results = {m: solve(problem, m) for m in ("heft", "round_robin", "single_device")}
+    placements = {m: Placement(r.device, r.order) for m, r in results.items()}
     rows, rho = rank_placements(block, placements, ["cpu", "cpu"], repeats=1)
     assert [r["placement"] for r in rows] == list(placements)
-    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in rows)
-    assert math.isnan(rho) or -1.0 <= rho <= 1.0
+    assert all(r["measured_s"] > 0 for r in rows)
+    assert [r["predicted_s"] for r in rows] == pytest.approx([results[m].terms["makespan_s"] for m in placements])
+    # rho is Spearman's correlation of exactly these two columns (nan only when one is constant)
+    expected = _spearman([r["predicted_s"] for r in rows], [r["measured_s"] for r in rows])
+    assert (math.isnan(rho) and math.isnan(expected)) or rho == pytest.approx(expected)
+    two = dict(list(placements.items())[:2])
+    assert math.isnan(rank_placements(block, two, ["cpu", "cpu"], repeats=1)[1])  # too few to rank
+
+
+def _spearman(a, b) -> float:
+    """Spearman's rho by hand: Pearson's correlation of average ranks; nan for a constant column."""
+
+    def ranks(xs):
+        order = sorted(range(len(xs)), key=lambda i: xs[i])
+        out = [0.0] * len(xs)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2
+            i = j + 1
+        return out
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    sa = sum((x - ma) ** 2 for x in ra)
+    sb = sum((y - mb) ** 2 for y in rb)
+    if sa == 0 or sb == 0:
+        return math.nan
+    return sum((x - ma) * (y - mb) for x, y in zip(ra, rb)) / math.sqrt(sa * sb)
 
 
 def test_validate_placement_predicts_with_the_simulator(block):

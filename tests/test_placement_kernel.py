@@ -183,13 +183,11 @@ def test_sampled_rows_need_an_rng_and_restricted_memory_is_refused():
     heads = POLICIES["random_small"].numpy_heads(problem)
     with pytest.raises(ValueError, match="rng"):
         decode_rows(problem, heads, np.array([True, False]))
-    g = ffnn(n_layers=2, tiles=2)
-    big = int(g.param_bytes.max())
-    small = int(g.param_bytes[g.param_bytes > 0].min()) if (g.param_bytes > 0).any() else 0
-    if big > small:
-        p = PlacementProblem(g, [Device("a", memory=big), Device("b", memory=small)])
-        with pytest.raises(PlacementError, match="fit only some devices"):
-            decode_rows(p, POLICIES["random_small"].numpy_heads(p), np.array([True]))
+    # Node "big" fits only device "a": a memory restriction the kernel cannot honour, so it refuses.
+    g = CompGraph(["x", "big", "y"], ["x", "big"], ["big", "y"], param_bytes=[10, 1000, 20], out_bytes=[4, 4, 0], flops=[1e6] * 3)
+    p = PlacementProblem(g, [Device("a", memory=1000), Device("b", memory=100)])
+    with pytest.raises(PlacementError, match="fit only some devices"):
+        decode_rows(p, POLICIES["random_small"].numpy_heads(p), np.array([True]))
 
 
 @given(problems(max_nodes=14, min_nodes=0, matrix_links=True), st.integers(0, 3), st.integers(0, 2**32 - 1))

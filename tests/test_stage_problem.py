@@ -163,7 +163,8 @@ def test_automatic_time_unit_gives_at_least_a_million_ticks(scale, n, speed):
     assert 1e6 <= total_on_slowest / p.time_unit < 1e7 * (1 + 1e-9)
     assert math.log10(p.time_unit) == pytest.approx(round(math.log10(p.time_unit)))
     # Every node's ticks are its time in units, rounded.
-    assert np.abs(p.node_ticks[:, 0] - times / p.stage_speed[0] / p.time_unit if speed else 0).max() <= 0.5 + 1e-6
+    expected = times / (p.stage_speed[0] if speed else 1.0) / p.time_unit
+    assert np.abs(p.node_ticks[:, 0] - expected).max() <= 0.5 + 1e-6
 
 
 @given(stage_instances())
