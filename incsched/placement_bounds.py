@@ -52,6 +52,10 @@ __all__ = [
 #: below int64's limit even after summing a few thousand of them.
 INF = 1 << 40
 
+#: `placement_bound_details` raises heads by energy over ancestors (`energetic_heads`) on problems
+#: (and segments) of at most this many nodes by default: it costs about n^2.
+ENERGETIC_MAX_NODES = 200
+
 #: A predecessor list longer than this is scanned in blocks (see `_colocation_rule`).
 _BLOCK_FROM = 64
 
@@ -415,7 +419,7 @@ def placement_bound_details(
     problem: PlacementProblem,
     *,
     segments: bool = True,
-    energetic: bool = True,
+    energetic: bool | None = None,
     head: list[int] | None = None,
     tail: list[int] | None = None,
     inner=None,
@@ -427,8 +431,10 @@ def placement_bound_details(
     problem : PlacementProblem
     segments : bool
         Include `segment_sum_bound` (cut-node decomposition).
-    energetic : bool
-        Raise heads and tails with `energetic_heads` (about n^2 work; 0.4 s at 200 nodes).
+    energetic : bool, optional
+        Raise heads and tails with `energetic_heads` (about n^2 work: 0.4 s at 200 nodes, 1.5 s
+        at 400). Default: only on problems of at most `ENERGETIC_MAX_NODES` nodes (segments
+        between cut nodes are usually that small, so they still get it).
     head, tail : list of int, optional
         Valid heads / tails from elsewhere (e.g. ``solvers.cpsat.placement_bounds.window_bound``'s
         ``info["head"]``); combined element-wise with `transfer_heads` / `transfer_tails`.
@@ -441,6 +447,9 @@ def placement_bound_details(
         return out
     h0, t0 = transfer_heads(problem), transfer_tails(problem)
     out["path"] = path_bound(problem, h0, t0)
+    for_segments = energetic
+    if energetic is None:
+        energetic = problem.n_nodes <= ENERGETIC_MAX_NODES
     head = h0 if head is None else [max(int(a), int(b)) for a, b in zip(h0, head)]
     tail = t0 if tail is None else [max(int(a), int(b)) for a, b in zip(t0, tail)]
     if energetic:
@@ -457,12 +466,12 @@ def placement_bound_details(
             anchored = max(anchored, energy_bound(problem, head, tail, entry=x, exit_=y))
     out["anchored_energy"] = anchored
     if segments and problem.n_devices > 1:
-        out["segment_sum"] = segment_sum_bound(problem, inner or (lambda sub: _combinatorial_bound(sub, energetic)))
+        out["segment_sum"] = segment_sum_bound(problem, inner or (lambda sub: _combinatorial_bound(sub, for_segments)))
     out["bound"] = max(out.values())
     return out
 
 
-def _combinatorial_bound(problem: PlacementProblem, energetic: bool = True) -> int:
+def _combinatorial_bound(problem: PlacementProblem, energetic: bool | None = None) -> int:
     return placement_bound_details(problem, segments=False, energetic=energetic)["bound"]
 
 
