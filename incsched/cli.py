@@ -381,7 +381,12 @@ def _finetune(args) -> int:
         config = FinetuneConfig(seed=args.seed, epochs=args.epochs, rl_samples=args.samples, repeats=args.repeats)
     except ValueError as err:
         raise IncschedError(str(err)) from None
-    policy = load_placement_policy(args.checkpoint)  # a bad checkpoint fails before the slow capture
+    if args.checkpoint:  # a bad checkpoint fails before the slow capture, naming the field
+        from .policy.checkpoint import load_placement_checkpoint
+        from .policy.placement_policy import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
+
+        load_placement_checkpoint(args.checkpoint, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION)
+    policy = load_placement_policy(args.checkpoint)
     model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
     captured = capture(model, inputs, name=args.model)
     graph, _ = profile_devices(captured, devices, repeats=5, warmup=2)  # every kind, the CPU with its workers' threads

@@ -159,7 +159,7 @@ def test_solve_starts_inc_ilp_from_the_named_prescheduler(tmp_path, capsys):
     result = tmp_path / "r.json"
     assert main(["solve", str(graph), "--stages", "4", "--preschedule", "rl", "--time-limit", "10", "--json", str(result)]) == 0
     saved = json.loads(result.read_text())
-    incumbent = [w for w in saved["provenance"]["windows"] if w["phase"] == "incumbent"]
+    incumbent = [w for w in saved["provenance"]["steps"] if w["phase"] == "incumbent"]
     assert saved["method"] == "inc-ilp" and incumbent[0]["prescheduler"] == "rl"
 
 

@@ -182,6 +182,17 @@ def test_gml_round_trip_any_names(tmp_path, names, data):
         ("graph [ node [ id 0 ] ]", r"not marked 'directed 1'"),
         ("graph [ directed 0 node [ id 0 ] ]", r"not marked 'directed 1'"),
         ("node [ id 0 ]", r"expected exactly one 'graph \[ ... \]' list, found 0"),
+        ("graph [ directed 1\n node [ id 0 parameter 9223372036854775808 ] ]", r"line 2: node '0': 'parameter' is 9223372036854775808, beyond a 64-bit"),
+        ("graph [ directed 1\n node [ id 0 ] node [ id 1 ]\n edge [ source 0 target 1 parameter 99999999999999999999 ] ]", r"line 3: edge: 'parameter' is 9+, beyond"),
+        ("graph [ directed 1\n node [ id 0 out_bytes 18446744073709551616 ] ]", r"line 2: node '0': 'out_bytes' is 18446744073709551616, beyond"),
+        ("graph [ directed 1\n node [ id 0 parameter " + "9" * 5000 + " ] ]", r"line 2: a number of 5,000 characters, more than the 4300 digits"),
+        ("graph [ directed 1\n node [ id 0 label [ a 1 ] ] ]", r"line 2: node 0: 'label' must be a string or a number, got a list"),
+        ("graph [ directed 1\n node [ id 0 op [ a 1 ] ] ]", r"line 2: node '0': 'op' must be a string or a number, got a list"),
+        ("graph [ directed 1\n node [ id 0 flops [ a 1 ] ] ]", r"line 2: node '0': 'flops' must be a number, got a list"),
+        ("graph [ directed 1\n node [ id 0 flops \"many\" ] ]", r"line 2: node '0': 'flops' must be a number, got str"),
+        ("graph [ directed 1\n node [ id 0 flops " + "9" * 400 + " ] ]", r"line 2: node '0': 'flops' is an integer of 400 digits, too large for a float64"),
+        ("graph [ directed 1\n node [ id 0 label \"a&#0;b\" ] ]", r"line 2: node 0: 'label' 'a\\x00b' contains a NUL character"),
+        ("graph [ directed 1\n node [ id 0 label \"&#xD800;\" ] ]", r"line 2: node 0: 'label' '\\ud800' contains a lone surrogate"),
         ("", r"expected exactly one 'graph"),
     ],
 )
@@ -201,6 +212,29 @@ def test_gml_graph_errors_name_the_file(tmp_path):
     text = "graph [ directed 1 node [ id 0 ] node [ id 1 ] edge [ source 0 target 1 ] edge [ source 0 target 1 ] ]"
     with pytest.raises(GraphError, match=r"multi\.gml: duplicate edge"):
         read_gml(write(tmp_path, text, "multi.gml"))
+
+
+def test_gml_numeric_labels_are_text(tmp_path):
+    # The peer's files label nodes with numbers; they become names, lists do not (above).
+    g = read_gml(write(tmp_path, "graph [ directed 1 node [ id 0 label 7 ] node [ id 1 label 2.5 ] ]"))
+    assert g.names == ("7", "2.5")
+
+
+def test_gml_zero_nodes_is_an_empty_graph(tmp_path):
+    assert read_gml(write(tmp_path, "graph [ directed 1 ]")).n_nodes == 0
+
+
+def test_csv_long_numbers_and_nul_are_named(tmp_path):
+    nodes, edges = tmp_path / "n.csv", tmp_path / "e.csv"
+    edges.write_text("src,dst\n")
+    nodes.write_text("name,param_bytes\na," + "9" * 5000 + "\n")
+    with pytest.raises(FormatError, match=r"n\.csv, line 2, column 2 \(param_bytes\)"):
+        read_csv_tables(nodes, edges)
+    nodes.write_bytes(b"name\na\x00b\n")
+    with pytest.raises(FormatError, match=r"n\.csv, line 2: contains a NUL character"):
+        read_csv_tables(nodes, edges)
+    nodes.write_text("name\n")
+    assert read_csv_tables(nodes, edges).n_nodes == 0
 
 
 def test_parse_gml_values():

@@ -103,6 +103,8 @@ def test_schema_rejects_what_the_writer_never_writes(schema):
         {**good, "nodes": {**good["nodes"], "param_bytes": [1.5, 0]}},
         {**good, "nodes": {**good["nodes"], "flops": [-1, 0]}},
         {**good, "nodes": {**good["nodes"], "name": ["a", ""]}},
+        {**good, "nodes": {**good["nodes"], "name": ["a", "b\x00"]}},
+        {**good, "version": True},
         {**good, "nodes": {**good["nodes"], "colour": ["red", "blue"]}},
         {**good, "nodes": {k: v for k, v in good["nodes"].items() if k != "op"}},
         {**good, "nodes": {**good["nodes"], "compute_time": {"cpu": ["fast", 1]}}},
@@ -198,3 +200,69 @@ def test_save_refuses_other_extensions(tmp_path):
         save_graph(CompGraph(["a"], [], []), tmp_path / "g.txt")
     with pytest.raises(FormatError, match="unknown graph file type"):
         load_graph(tmp_path / "g.txt")
+
+
+# ---------------------------------------------------------------------- every wrong type is named
+
+
+def _with(path: tuple, value):
+    data = _valid()
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (("nodes", "compute_time"), [1, 2, 3], "field 'nodes.compute_time' must be an object, got a list"),
+        (("nodes", "compute_time"), "fast", "field 'nodes.compute_time' must be an object, got a string"),
+        (("nodes", "compute_time"), {"cpu": "fast"}, r"field nodes.compute_time\['cpu'\] must be a list, got str"),
+        (("nodes", "flops"), 5, "field 'nodes.flops' must be a list, got a number"),
+        (("nodes", "op"), "conv", "field 'nodes.op' must be a list, got a string"),
+        (("nodes", "members"), 5, "field 'nodes.members' must be a list, got a number"),
+        (("nodes", "members"), [["x"], "y", ["z"]], "field nodes.members of node 'b' must be a list of names, got str"),
+        (("nodes", "param_bytes"), {"a": 1}, "field 'nodes.param_bytes' must be a list, got an object"),
+        (("nodes", "name"), None, "field 'nodes.name' must be a list, got null"),
+        (("edges", "bytes"), 4, "field 'edges.bytes' must be a list, got a number"),
+        (("edges", "src"), "ab", "field 'edges.src' must be a list, got a string"),
+        (("meta",), [1, 2], "field 'meta' must be an object, got a list"),
+        (("name",), 5, "field 'name' must be a string, got a number"),
+        (("name",), ["g"], "field 'name' must be a string, got a list"),
+        (("version",), True, "graph format version True is not supported"),
+        (("version",), 1.0, "graph format version 1.0 is not supported"),
+        (("version",), "1", "graph format version '1' is not supported"),
+        (("nodes", "name"), ["a\x00", "b", "c"], r"node name 'a\\x00' contains a NUL character"),
+        (("nodes", "op"), ["x", "\ud800", "z"], "op kind '\\\\ud800' contains a lone surrogate"),
+        (("name",), "g\x00", "graph name .* contains a NUL character"),
+        (("nodes", "compute_time"), {"c\x00pu": [1, 2, 3]}, "compute_time device kind .* contains a NUL"),
+        (("nodes", "param_bytes"), [1, 2.5, 3], r"nodes.param_bytes of node 'b' is 2.5; byte counts must be whole numbers"),
+        (("nodes", "out_bytes"), [1, 2.0**60, 3], "nodes.out_bytes of node 'b' is 1.15.*e\\+18; byte counts must be whole"),
+        (("edges", "bytes"), [1, 0.5], r"edges.bytes of entry 1 is 0.5"),
+    ],
+)
+def test_wrong_field_types_are_named(tmp_path, path, value, message):
+    # graph_from_dict on the parsed dict (a lone surrogate cannot be written to a file as UTF-8)
+    with pytest.raises(FormatError, match=r"g\.json: " + message):
+        graph_from_dict(_with(path, value), source="g.json")
+
+
+def test_wrong_types_through_a_file_are_format_errors(tmp_path):
+    for path, value in [(("nodes", "flops"), 5), (("meta",), [1]), (("nodes", "members"), 5), (("version",), True)]:
+        with pytest.raises(FormatError, match=r"g\.json: "):
+            load_graph(_write(tmp_path, _with(path, value)))
+
+
+def test_whole_float_byte_counts_stay_exact(tmp_path):
+    # One float in an integer column must not send the column through float64.
+    big = 2**60 + 1
+    g = load_graph(_write(tmp_path, _with(("nodes", "param_bytes"), [big, 1.0, 2])))
+    assert g.param_bytes.dtype == np.int64 and int(g.param_bytes[0]) == big and g.param_bytes.tolist() == [big, 1, 2]
+
+
+def test_zero_node_graph_round_trips(tmp_path):
+    empty = CompGraph([], [], [])
+    save_graph(empty, tmp_path / "e.json")
+    assert load_graph(tmp_path / "e.json") == empty

@@ -177,6 +177,8 @@ def _read_table(path: Path, max_bytes: int) -> tuple[list[str], list[tuple[int, 
         text = read_limited(path, max_bytes).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise FormatError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
+    if "\0" in text:  # names and op kinds are text: NUL breaks other formats and tools
+        raise FormatError(f"{path}, line {text.count(chr(10), 0, text.index(chr(0))) + 1}: contains a NUL character")
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
     rows: list[tuple[int, list[str]]] = []

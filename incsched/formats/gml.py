@@ -297,7 +297,7 @@ def _graph_from_gml(top: GmlList, text: str, path: Path) -> CompGraph:
             try:
                 flops.append(float(fl))
             except OverflowError:
-                raise _error(text, source, tok, f"node {label!r}: 'flops' {fl:.3g} is too large for a float64") from None
+                raise _error(text, source, tok, f"node {label!r}: 'flops' is an integer of {len(str(fl))} digits, too large for a float64") from None
             if "out_bytes" in fields:
                 out_given[len(names) - 1] = _bytes_field(fields, "out_bytes", tok, text, source, f"node {label!r}")
     for key, value, tok in body:

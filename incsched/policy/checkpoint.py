@@ -21,7 +21,20 @@ from ..errors import IncschedError
 from ..jsonio import atomic_write_bytes, read_json, write_json
 from .features import EDGE_FEATURES, N_OP_BUCKETS, NODE_FEATURES
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "save_stage_policy", "load_stage_policy", "default_stage_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "save_checkpoint",
+    "load_checkpoint",
+    "save_stage_policy",
+    "load_stage_policy",
+    "default_stage_checkpoint",
+    "check_model_config",
+    "load_placement_checkpoint",
+]
+
+#: Largest layer size or layer count a checkpoint may ask for: a file that asks for more is
+#: malformed (the shipped policies use 32 and 3), and building it would exhaust memory first.
+MAX_MODEL_SIZE = 4096
 
 FORMAT = "incsched.policy_checkpoint"
 VERSION = 1
@@ -180,6 +193,7 @@ def load_stage_policy(path: str | os.PathLike | None = None, *, conv: str = "pla
 
     path = Path(path) if path is not None else default_stage_checkpoint()
     state, meta = load_checkpoint(path, kind="stage")
+    check_model_config(meta.get("model_config"), path)
     try:
         policy = StagePolicy(**meta["model_config"], conv=conv)
         policy.load_state_dict(state, strict=True)
@@ -187,3 +201,71 @@ def load_stage_policy(path: str | os.PathLike | None = None, *, conv: str = "pla
         raise CheckpointError(f"{path}: the weights do not fit the recorded stage-policy architecture: {exc}") from None
     policy.eval()
     return policy, meta
+
+
+def check_model_config(config: Any, path: str | os.PathLike) -> dict[str, int]:
+    """Refuse a model config that is not ``{name: size}`` with whole sizes in 1..`MAX_MODEL_SIZE`.
+
+    A checkpoint is loaded without running code, but its config still sizes the model built from
+    it: a string, a negative or a 10**9 layer width must be an error naming the file, not a
+    TypeError or an allocation that exhausts memory.
+
+    Raises
+    ------
+    CheckpointError
+    """
+    if not isinstance(config, dict) or not config:
+        raise CheckpointError(f"{path}: the model config must be an object of layer sizes, got {type(config).__name__}")
+    for key, value in config.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise CheckpointError(f"{path}: model config key {key!r} is not a parameter name")
+        if type(value) is not int or not 1 <= value <= MAX_MODEL_SIZE:  # noqa: E721 - bool must not pass
+            raise CheckpointError(f"{path}: model config {key} = {value!r}; sizes are whole numbers in 1..{MAX_MODEL_SIZE}")
+    return config
+
+
+def load_placement_checkpoint(path: str | os.PathLike, *, format: str, version: int) -> tuple[dict[str, int], dict[str, torch.Tensor]]:
+    """Read a placement-policy weights file (one ``torch.save``'d dict) and check its structure.
+
+    The file is loaded with ``torch.load(weights_only=True)``, so it cannot run code; then every
+    field it must hold is checked, so that a safe but malformed file (a missing or misspelt
+    field, a config of strings, a state dict holding lists) is a `CheckpointError` naming the file
+    and the field, never a KeyError or TypeError from deeper in.
+
+    Parameters
+    ----------
+    path : path-like
+    format, version
+        The ``format`` string and ``version`` the file must carry.
+
+    Returns
+    -------
+    policy_config : dict of str to int
+    state_dict : dict of str to Tensor
+
+    Raises
+    ------
+    CheckpointError
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no placement policy checkpoint there")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises several unrelated types for a bad file
+        raise CheckpointError(f"{path}: cannot read the placement policy checkpoint ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(blob, dict) or blob.get("format") != format:
+        raise CheckpointError(f"{path}: not a placement policy checkpoint (expected format {format!r})")
+    if type(blob.get("version")) is not int or blob["version"] != version:  # noqa: E721 - True == 1 must not pass
+        raise CheckpointError(f"{path}: placement policy checkpoint version {blob.get('version')!r} is not supported (expected {version})")
+    for key in ("policy_config", "state_dict"):
+        if key not in blob:
+            raise CheckpointError(f"{path}: the checkpoint has no {key!r}")
+    config = check_model_config(blob["policy_config"], path)
+    state = blob["state_dict"]
+    if not isinstance(state, dict) or not state:
+        raise CheckpointError(f"{path}: 'state_dict' must be a non-empty dict of tensors")
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{path}: 'state_dict' entry {key!r} is not a named tensor ({type(value).__name__})")
+    return config, state
