@@ -493,8 +493,8 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
     -------
     (int, dict)
         The bound in ticks (at least `placement_bound`'s) and ``info``: ``families`` (each value),
-        ``wall_capped`` (some deterministic run was cut by the wall clock: may not repeat),
-        ``seconds``.
+        ``reproducible`` (deterministic settings and no window cut by the clock or skipped: the
+        same bound on every rerun, whatever the load), ``seconds``.
     """
     import time
     from dataclasses import replace
@@ -515,8 +515,8 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
         limit = max(1e-3, min(share, deadline - time.perf_counter()))
         h = energetic_heads(p, transfer_heads(p))
         t = energetic_heads(p, transfer_tails(p), forward=False)
-        wb, info = window_bound(p, replace(settings, time_limit=limit, max_deterministic_time=None), head=h, tail=t)
-        capped[0] = capped[0] or info["wall_capped"]
+        wb, info = window_bound(p, replace(settings, time_limit=limit), head=h, tail=t)
+        capped[0] = capped[0] or not info["reproducible"]
         det = placement_bound_details(p, segments=False, head=info["head"], tail=info["tail"])
         memo[key] = max(int(wb), det["bound"])
         return memo[key]
@@ -529,7 +529,8 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
         if n_parts > 1:
             families["window_segment_sum"] = segment_sum_bound(problem, lambda sub: strong(sub, share / n_parts))
     bound = max(families.values())
-    return int(bound), {"families": families, "wall_capped": capped[0], "seconds": time.perf_counter() - started}
+    return int(bound), {"families": families, "reproducible": bool(settings.deterministic and not capped[0]),
+                        "seconds": time.perf_counter() - started}
 
 
 def placement_bound(problem: PlacementProblem) -> int:

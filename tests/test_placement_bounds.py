@@ -291,3 +291,16 @@ def test_windows_see_that_sharing_is_transitive():
     assert comb < strong <= out.objective
     if out.status == "optimal":
         assert strong <= out.objective
+
+
+def test_cpsat_bound_reproducible():
+    from incsched.generators import bandwidth_for_comm_ratio, transformer_block
+    from incsched.placement_bounds import placement_bound_cpsat
+
+    g = transformer_block(heads=2, ffn_tiles=2)
+    p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
+    a, ia = placement_bound_cpsat(p, SolverSettings(time_limit=30.0))
+    b, ib = placement_bound_cpsat(p, SolverSettings(time_limit=30.0))
+    assert ia["reproducible"] and ib["reproducible"]
+    assert a == b and ia["families"] == ib["families"]
+    assert a > placement_bound(p) >= p.lower_bound_ticks()

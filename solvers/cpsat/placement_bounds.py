@@ -100,13 +100,14 @@ def window_heads(
         The raised heads (each at least the input's) and ``info``: ``windows`` solved,
         ``cache_hits``, ``unproven`` (windows whose optimum was not proven: their bound was used),
         ``skipped`` (left for lack of time), ``wall_capped`` (a deterministic run cut by the wall
-        clock: the heads may differ between runs).
+        clock), ``reproducible`` (deterministic, nothing cut or skipped: the same heads on rerun).
     """
     g = problem.graph
     n, D = g.n_nodes, problem.n_devices
     dmin, cross = _costs(problem)
     head = _chain_heads(problem, dmin, forward) if head is None else [int(h) for h in head]
-    info = {"windows": 0, "cache_hits": 0, "unproven": 0, "skipped": 0, "wall_capped": False}
+    info = {"windows": 0, "cache_hits": 0, "unproven": 0, "skipped": 0, "wall_capped": False,
+            "reproducible": bool(settings.deterministic), "seconds": 0.0}
     if n == 0 or D == 1:
         return head, info
     started = time.perf_counter()
@@ -147,16 +148,26 @@ def window_heads(
             info["cache_hits"] += 1
             value = cache[key]
         else:
-            limit = max(1e-3, min(per_window, deadline - time.perf_counter()))
-            value, proven, capped = _window_start(dur, rel, edges, min(D, len(nodes)), replace(
-                settings, time_limit=limit, max_deterministic_time=min(limit, settings.max_deterministic_time or limit)))
+            value, proven, capped = _window_start(dur, rel, edges, min(D, len(nodes)), _window_settings(settings, per_window, deadline))
             cache[key] = value
             info["windows"] += 1
             info["unproven"] += 0 if proven else 1
             info["wall_capped"] = info["wall_capped"] or capped
         head[v] = max(head[v], base + value)
     info["seconds"] = time.perf_counter() - started
+    info["reproducible"] = bool(settings.deterministic and not info["wall_capped"] and not info["skipped"])
     return head, info
+
+
+def _window_settings(settings: SolverSettings, per_window: float, deadline: float) -> SolverSettings:
+    """One window's limits: ``per_window`` (deterministic seconds in deterministic mode, so the
+    answer does not depend on the machine's load), cut by the wall-clock deadline (reported as
+    ``wall_capped`` when it bites)."""
+    remaining = max(1e-3, deadline - time.perf_counter())
+    if settings.deterministic:
+        extra = {"wall_cap_s": remaining} if hasattr(settings, "wall_cap_s") else {}
+        return replace(settings, time_limit=per_window, max_deterministic_time=per_window, **extra)
+    return replace(settings, time_limit=min(per_window, remaining), max_deterministic_time=None)
 
 
 def _fanout(g, u: int, forward: bool) -> int:
@@ -270,7 +281,7 @@ def window_bound(
     started = time.perf_counter()
     trivial = problem.lower_bound_ticks()
     if problem.n_nodes == 0:
-        return 0, {"head": [], "tail": [], "wall_capped": False}
+        return 0, {"head": [], "tail": [], "wall_capped": False, "reproducible": bool(settings.deterministic)}
     dmin, _ = _costs(problem)
     mid = started + settings.time_limit / 2
     h, hinfo = window_heads(problem, settings, head, forward=True, max_nodes=max_nodes, per_window=per_window, deadline=mid)
@@ -278,5 +289,6 @@ def window_bound(
                             deadline=started + settings.time_limit)
     bound = max(trivial, max(a + d + b for a, d, b in zip(h, dmin, t)))
     info = {"head": h, "tail": t, "heads": hinfo, "tails": tinfo, "wall_capped": hinfo["wall_capped"] or tinfo["wall_capped"],
+            "reproducible": hinfo["reproducible"] and tinfo["reproducible"],
             "seconds": time.perf_counter() - started}
     return int(bound), info
