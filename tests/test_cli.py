@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +43,9 @@ def test_info_prints_summary(small_graph_file, capsys):
     _, path = small_graph_file
     assert main(["graph", "info", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "nodes             4" in out or "nodes  " in out
-    assert "depth (levels)" in out and "2.005 GFLOP" in out
+    rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.strip().splitlines())
+    assert rows["graph"] == "tiny" and rows["nodes"] == "4" and rows["edges"] == "3"
+    assert rows["depth (levels)"] == "4" and rows["total flops"] == "2.005 GFLOP" and rows["total parameters"] == "12,288 B"
 
 
 def test_info_json_matches_library_summary(small_graph_file, capsys):
