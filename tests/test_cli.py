@@ -45,7 +45,7 @@ def test_info_prints_summary(small_graph_file, capsys):
     out = capsys.readouterr().out
     rows = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.strip().splitlines())
     assert rows["graph"] == "tiny" and rows["nodes"] == "4" and rows["edges"] == "3"
-    assert rows["depth (levels)"] == "4" and rows["total flops"] == "2.005 GFLOP" and rows["total parameters"] == "12,288 B"
+    assert rows["depth (levels)"] == "4" and rows["total flops"] == "2.005 GFLOP" and rows["total parameters"] == "12.00 KiB"
 
 
 def test_info_json_matches_library_summary(small_graph_file, capsys):
