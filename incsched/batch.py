@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import hashlib
+import inspect
 import logging
 import os
 import signal
@@ -129,14 +130,32 @@ def batch_key(graph, recipe: ProblemRecipe, solve_kwargs: dict[str, Any]) -> str
 
     content = graph_to_dict(graph)
     content.pop("meta", None)  # provenance (source file name ...), not part of the problem
-    settings = {k: v for k, v in sorted(solve_kwargs.items()) if v is None or isinstance(v, (str, int, float, bool))}
+    settings = {**_solve_defaults(), **solve_kwargs}  # time_limit=5 and time_limit=5, seed=0 are one setting
+    settings = {k: v for k, v in sorted(settings.items()) if v is None or isinstance(v, (str, int, float, bool))}
     record = {
         "graph_sha256": hashlib.sha256(json_bytes(content)).hexdigest(),
-        "recipe": recipe.to_dict(),
-        "solve": settings,
+        "recipe": _canonical(recipe.to_dict()),
+        "solve": _canonical(settings),
         "incsched": __version__,
     }
     return hashlib.sha256(json_bytes(record)).hexdigest()
+
+
+def _canonical(x):
+    # 5 and 5.0 are one setting (the CLI parses floats, the API takes ints)
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, dict):
+        return {k: _canonical(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_canonical(v) for v in x]
+    return x
+
+
+def _solve_defaults() -> dict[str, Any]:
+    from .solve import solve
+
+    return {name: p.default for name, p in inspect.signature(solve).parameters.items() if p.default is not inspect.Parameter.empty}
 
 
 # ---------------------------------------------------------------------- one graph (in a worker)

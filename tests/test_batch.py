@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from incsched import save_graph
-from incsched.batch import ProblemRecipe, graph_files, run_batch
+from incsched import load_graph, save_graph
+from incsched.batch import BatchInterrupted, ProblemRecipe, batch_key, graph_files, result_path, run_batch
 from incsched.cli import main
+from incsched.errors import FormatError
+from incsched.formats.gml import write_gml
 from incsched.generators import layered_dag
 from incsched.result import Result
 
@@ -37,7 +40,7 @@ def test_batch_reports_bad_graph_and_solves_the_rest(graph_dir, tmp_path):
 def test_batch_resumes_and_redoes_unreadable_results(graph_dir, tmp_path):
     out = tmp_path / "out"
     run_batch(graph_files(graph_dir), out, ProblemRecipe("stage", n_stages=2), time_limit=5)
-    (out / "g2.result.json").write_text("{ half-written")  # as if an older, non-atomic tool died here
+    (out / "g2.json.result.json").write_text("{ half-written")  # as if an older, non-atomic tool died here
     items = run_batch(graph_files(graph_dir), out, ProblemRecipe("stage", n_stages=2), time_limit=5)
     by_name = {it.graph_file.split("/")[-1]: it.outcome for it in items}
     assert by_name == {"corrupt.json.gz": "failed", "g1.json": "skipped", "g2.json": "solved"}
@@ -54,3 +57,153 @@ def test_cli_batch_and_solve_round_trip(graph_dir, tmp_path, capsys):
     assert "status       optimal" in text and "stage memory" in text
     r = Result.load(res_path)
     assert r.problem == "stage" and len(r.stages) == 20
+
+
+# ---------------------------------------------------------------------- keyed by content and recipe
+
+
+def _outcomes(items):
+    return {it.graph_file.split("/")[-1]: it.outcome for it in items}
+
+
+@pytest.fixture
+def two_graphs(tmp_path):
+    folder = tmp_path / "graphs"
+    for seed in (1, 2):
+        save_graph(layered_dag(15, n_layers=5, param_bytes=(0, 1000), out_bytes=(1, 50), seed=seed, name=f"g{seed}"), folder / f"g{seed}.json")
+    return folder
+
+
+def test_same_stem_in_three_formats_gets_three_results(tmp_path):
+    folder = tmp_path / "graphs"
+    g = layered_dag(12, n_layers=4, param_bytes=(0, 1000), out_bytes=(1, 50), seed=3, name="a")
+    save_graph(g, folder / "a.json")
+    save_graph(g, folder / "a.json.gz")
+    write_gml(g, folder / "a.gml")
+    out = tmp_path / "out"
+    items = run_batch(graph_files(folder), out, ProblemRecipe("stage", n_stages=2), time_limit=5)
+    assert [it.outcome for it in items] == ["solved"] * 3
+    assert sorted(p.name for p in out.iterdir()) == ["a.gml.result.json", "a.json.gz.result.json", "a.json.result.json", "batch.json"]
+    assert len({it.result_file for it in items}) == 3
+
+
+def test_another_recipe_or_setting_solves_again(two_graphs, tmp_path):
+    out = tmp_path / "out"
+    files = graph_files(two_graphs)
+    assert set(_outcomes(run_batch(files, out, ProblemRecipe("stage", n_stages=2), time_limit=5)).values()) == {"solved"}
+    assert set(_outcomes(run_batch(files, out, ProblemRecipe("stage", n_stages=2), time_limit=5)).values()) == {"skipped"}
+    items = run_batch(files, out, ProblemRecipe("stage", n_stages=3), time_limit=5)
+    assert set(_outcomes(items).values()) == {"solved"}
+    assert max(Result.load(items[0].result_file).stages) <= 2 and len(Result.load(items[0].result_file).terms["stage_mem"]) == 3
+    for recipe, kwargs in [
+        (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 5}),
+        (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 6}),
+        (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 6, "seed": 1}),
+        (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 6, "seed": 1, "method": "ilp"}),
+        (ProblemRecipe("placement", n_devices=2), {"time_limit": 6}),
+    ]:
+        assert set(_outcomes(run_batch(files, out, recipe, **kwargs)).values()) == {"solved"}, (recipe, kwargs)
+        assert set(_outcomes(run_batch(files, out, recipe, **kwargs)).values()) == {"skipped"}, (recipe, kwargs)
+
+
+def test_an_edited_graph_solves_again(two_graphs, tmp_path):
+    out = tmp_path / "out"
+    recipe = ProblemRecipe("stage", n_stages=2)
+    run_batch(graph_files(two_graphs), out, recipe, time_limit=5)
+    g = load_graph(two_graphs / "g1.json")
+    params = g.param_bytes.copy()
+    params[0] += 1
+    save_graph(g.replace(param_bytes=params), two_graphs / "g1.json")
+    assert _outcomes(run_batch(graph_files(two_graphs), out, recipe, time_limit=5)) == {"g1.json": "solved", "g2.json": "skipped"}
+    # the key is the content's, whatever the file format (meta aside): GML holds all of this graph
+    key = batch_key(load_graph(two_graphs / "g2.json"), recipe, {"time_limit": 5})
+    write_gml(load_graph(two_graphs / "g2.json"), tmp_path / "g2.gml")
+    assert batch_key(load_graph(tmp_path / "g2.gml"), recipe, {"time_limit": 5}) == key
+    assert batch_key(load_graph(tmp_path / "g2.gml"), recipe, {"time_limit": 6}) != key
+
+
+def _edit_result(path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("edit", ["stages", "objective", "status_unknown", "bool_stage", "key"])
+def test_a_stored_result_is_rechecked_before_it_counts(two_graphs, tmp_path, edit):
+    out = tmp_path / "out"
+    recipe = ProblemRecipe("stage", n_stages=3)
+    run_batch(graph_files(two_graphs), out, recipe, time_limit=5)
+    path = result_path(two_graphs / "g1.json", out)
+    data = json.loads(path.read_text())
+    if edit == "stages":  # still a valid assignment, but not the one the objective was computed for
+        stages = data["stages"]
+        moved = [0] * len(stages) if any(stages) else [2] * len(stages)
+        _edit_result(path, stages=moved)
+    elif edit == "objective":
+        _edit_result(path, objective=data["objective"] - 1, exact=None)
+    elif edit == "status_unknown":  # unknown is retried
+        _edit_result(path, status="unknown")
+    elif edit == "bool_stage":
+        _edit_result(path, stages=[True if s == 1 else s for s in data["stages"]] if 1 in data["stages"] else [True] * len(data["stages"]))
+    else:
+        _edit_result(path, provenance={**data["provenance"], "batch_key": "0" * 64})
+    items = run_batch(graph_files(two_graphs), out, recipe, time_limit=5)
+    assert _outcomes(items) == {"g1.json": "solved", "g2.json": "skipped"}
+    fresh = Result.load(path)
+    assert fresh.status == "optimal" and fresh.provenance["batch_key"] == items[0].extra["key"]
+
+
+def test_placement_results_are_rechecked_too(two_graphs, tmp_path):
+    out = tmp_path / "out"
+    recipe = ProblemRecipe("placement", n_devices=2, bandwidth=1e9)
+    run_batch(graph_files(two_graphs), out, recipe, time_limit=5)
+    path = result_path(two_graphs / "g2.json", out)
+    data = json.loads(path.read_text())
+    _edit_result(path, objective=data["objective"] + 5, exact=None)
+    assert _outcomes(run_batch(graph_files(two_graphs), out, recipe, time_limit=5)) == {"g1.json": "skipped", "g2.json": "solved"}
+
+
+def test_two_files_with_one_name_are_refused(two_graphs, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "g1.json").write_bytes((two_graphs / "g1.json").read_bytes())
+    with pytest.raises(FormatError, match="two graph files named 'g1.json' would share one result file"):
+        run_batch([two_graphs / "g1.json", other / "g1.json"], tmp_path / "out", ProblemRecipe("stage", n_stages=2))
+
+
+def test_ctrl_c_keeps_what_is_written_and_writes_the_summary(two_graphs, tmp_path, monkeypatch, capsys):
+    import incsched.batch as batch
+
+    real, calls = batch._solve_one, []
+
+    def solve_then_interrupt(*args):
+        calls.append(args[0])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(batch, "_solve_one", solve_then_interrupt)
+    out = tmp_path / "out"
+    with pytest.raises(BatchInterrupted) as stop:
+        run_batch(graph_files(two_graphs), out, ProblemRecipe("stage", n_stages=2), time_limit=5)
+    assert [it.outcome for it in stop.value.items] == ["solved", "interrupted"]
+    summary = json.loads((out / "batch.json").read_text())
+    assert summary["interrupted"] is True and [it["outcome"] for it in summary["items"]] == ["solved", "interrupted"]
+
+    calls.clear()
+    assert main(["batch", str(two_graphs), "-o", str(out), "--stages", "2", "--time-limit", "5"]) == 130
+    captured = capsys.readouterr()
+    assert "1 not done (interrupted)" in captured.out and "interrupted" in captured.err
+    monkeypatch.setattr(batch, "_solve_one", real)
+    # the CLI's settings are solve()'s defaults spelt out: the same key as the API's time_limit=5
+    assert _outcomes(run_batch(graph_files(two_graphs), out, ProblemRecipe("stage", n_stages=2), time_limit=5)) == {
+        "g1.json": "skipped", "g2.json": "solved"}
+
+
+def test_batch_summary_is_json_with_the_recipe(two_graphs, tmp_path):
+    out = tmp_path / "out"
+    recipe = ProblemRecipe("stage", n_stages=2, weights={"mem_peak": 1, "spill": 2}, spill_capacity=500)
+    run_batch(graph_files(two_graphs), out, recipe, time_limit=5, seed=3)
+    summary = json.loads((out / "batch.json").read_text())
+    assert summary["recipe"] == dataclasses.asdict(recipe) and summary["solve"] == {"time_limit": 5, "seed": 3}
+    assert summary["interrupted"] is False

@@ -1,0 +1,99 @@
+"""`incsched batch --jobs 2` as a real process: its workers die with it on kill -9, and Ctrl-C
+stops them, keeps what is written and exits 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from incsched import save_graph
+from incsched.generators import layered_dag
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def slow_batch(tmp_path):
+    """A batch whose graphs each keep a worker busy for many seconds (ILP, 30 s limit)."""
+    folder = tmp_path / "graphs"
+    for seed in range(3):
+        save_graph(layered_dag(400, n_layers=20, param_bytes=(0, 100_000), out_bytes=(1, 5000), seed=seed, name=f"g{seed}"),
+                   folder / f"g{seed}.json")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "incsched.cli", "batch", str(folder), "-o", str(out), "--stages", "8", "--method", "ilp",
+            "--time-limit", "30", "--jobs", "2"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(_children(proc.pid)) < 2:
+        time.sleep(0.1)
+    workers = _children(proc.pid)
+    yield proc, workers, out
+    if proc.poll() is None:
+        proc.kill()
+    for pid in workers:  # never leave a worker behind, whatever the test found
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.time() + seconds
+    while time.time() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if _running(p)]
+
+
+def test_kill_9_takes_the_workers_with_it(slow_batch):
+    proc, workers, out = slow_batch
+    assert len(workers) == 2
+    time.sleep(1.0)  # the workers are solving
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert _wait_gone(workers, 5.0) == []
+    assert not any(p.name.endswith(".result.json") for p in out.iterdir())  # nothing finished, nothing written
+
+
+def test_ctrl_c_stops_the_workers_keeps_results_and_exits_130(slow_batch):
+    proc, workers, out = slow_batch
+    assert len(workers) == 2
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert "3 not done (interrupted)" in stdout
+    assert _wait_gone(workers, 5.0) == []
+    summary = json.loads((out / "batch.json").read_text())
+    assert summary["interrupted"] is True and [it["outcome"] for it in summary["items"]] == ["interrupted"] * 3
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
