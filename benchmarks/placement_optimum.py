@@ -42,7 +42,7 @@ from incsched.baselines.placement_local import compose, local_search, segments, 
 from incsched.evaluate.simulate import simulate
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.problems.placement import Placement, PlacementProblem
-from incsched.solve import _segment_key, solve
+from incsched.solve import solve
 from solvers import SolverSettings
 from solvers.cpsat.placement import segment_bound, segment_proof_bound, solve_placement
 
@@ -64,7 +64,7 @@ def prove_segments(problem: PlacementProblem, args, cache: dict) -> dict:
     for i, nodes in enumerate(segments(problem)):
         entry = 1 if i > 0 else 0
         sub = subproblem(problem, nodes, instant=(nodes[0],) if entry else ())
-        key = _segment_key(sub)
+        key = sub.signature()  # what the segment is up to node names: equal blocks are proven once
         if key not in cache:
             started = time.perf_counter()
             hint = local_search(sub, 0)
