@@ -136,7 +136,7 @@ class Result:
             "device": self.device,
             "order": self.order,
             "start": self.start,
-            "provenance": self.provenance,
+            "provenance": _json_safe(self.provenance),
         }
         exact = {k: _exact_text(v) for k, v in (("objective", self.objective), ("lower_bound", self.lower_bound))}
         exact = {k: v for k, v in exact.items() if v is not None}
@@ -191,6 +191,18 @@ def _json_number(x):
     """An exact int as itself; a Fraction as its nearest float (the exact value goes in ``exact``)."""
     if isinstance(x, Fraction):
         return x.numerator if x.denominator == 1 else float(x)
+    return x
+
+
+def _json_safe(x):
+    """``x`` with every Fraction inside (the portfolio's scores, each step's objective) as
+    `_json_number` writes it: provenance is a record, its exact values are the result's own."""
+    if isinstance(x, Fraction):
+        return _json_number(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
     return x
 
 
