@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 1
+    args.own_process = argv is None  # run as the `incsched` program, not called from Python
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "run"):
         parser.print_help()
@@ -624,7 +625,9 @@ def _solve_kwargs(args, *, counted_from_start: bool = False) -> dict:
     (imports, reading the graph) to ``--time-limit``, as the user's clock does."""
     deterministic = not args.no_deterministic and args.workers == 1
     time_limit = args.time_limit
-    if counted_from_start:
+    if counted_from_start and getattr(args, "own_process", False):
+        # only when this process is the command: main([...]) called from a long-running
+        # process (tests, notebooks) would otherwise have its time limit eaten by that process's age
         time_limit = max(time_limit - _seconds_since_start(), 1e-3)
     kwargs = dict(method=args.method, time_limit=time_limit, work_limit=args.work_limit, seed=args.seed,
                   deterministic=deterministic, workers=args.workers)
