@@ -59,14 +59,15 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
     boundary = np.cumsum(diff)[: K - 1]
 
     def cost(mem, comp, boundary, comm):
-        c = w.mem_peak * mem.max() + w.comm_total * comm + w.compute_peak * comp.max()
+        # Python numbers, not numpy scalars: an integer weight times 2**62 bytes must not wrap int64.
+        c = w.mem_peak * int(mem.max()) + w.comm_total * comm + w.compute_peak * int(comp.max())
         if w.comm_peak:
-            c += w.comm_peak * boundary.max()
+            c += w.comm_peak * int(boundary.max())
         if w.spill:
-            c += w.spill * np.maximum(mem - spill_cap, 0).sum()
+            c += w.spill * int(np.maximum(mem - spill_cap, 0).sum())
         return c
 
-    comm = int(np.sum(units * (s[g.dst] - s[g.src])))
+    comm = sum(u * d for u, d in zip(units.tolist(), (s[g.dst] - s[g.src]).tolist()))  # Python ints: no int64 wrap
     current = cost(mem, comp, boundary, comm)
     ptr_p, idx_p, ptr_s, idx_s = g.pred_ptr, g.pred_idx, g.succ_ptr, g.succ_idx
     movable = np.flatnonzero((params > 0) | (net != 0) | (ticks.max(axis=1) > 0))
@@ -80,7 +81,7 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
             if lo == hi:
                 continue
             best = None
-            sq_a = (mem[a] - params[v]) ** 2 - mem[a] ** 2
+            sq_a = (int(mem[a]) - int(params[v])) ** 2 - int(mem[a]) ** 2  # squares of 2**62 need Python ints
             for b in range(lo, hi + 1):
                 if b == a or (cap is not None and mem[b] + params[v] > cap[b]):
                     continue
@@ -97,7 +98,7 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
                     new_boundary[b:a] -= net[v]
                 new_comm = comm + (b - a) * int(net[v])
                 c = cost(new_mem, new_comp, new_boundary, new_comm)
-                sq = sq_a + (mem[b] + params[v]) ** 2 - mem[b] ** 2
+                sq = sq_a + (int(mem[b]) + int(params[v])) ** 2 - int(mem[b]) ** 2
                 key = (c, sq)
                 if (c < current or (c == current and sq < 0)) and (best is None or key < best[0]):
                     best = (key, b, new_mem, new_comp, new_boundary, new_comm)
