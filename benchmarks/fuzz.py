@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,10 +74,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {verdict} ({mode}): {why[:200]}\n    {case.command_line()[:300]}", flush=True)
 
     def submit(case: Case, mode: str) -> None:
-        worker = min(pool, key=lambda w: w.busy)  # free workers first
-        if worker.busy:
-            record(*worker.collect())
-        worker.send(case, mode)
+        while True:
+            free = [w for w in pool if w.busy is None]
+            if free:
+                free[0].send(case, mode)
+                return
+            # all busy: wait for the first answer, or the first case past its timeout (a hang)
+            now = time.monotonic()
+            first_deadline = min(w.busy[2] + args.timeout for w in pool)
+            ready = mp_wait([w.conn for w in pool], timeout=max(first_deadline - now, 0.0))
+            for w in pool:
+                if w.conn in ready or time.monotonic() >= w.busy[2] + args.timeout:
+                    record(*w.collect())
 
     @hypothesis_seed(args.seed)
     @settings(max_examples=args.cases, database=None, deadline=None, phases=[Phase.generate],
