@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .placement_bounds import placement_bound
 from .problems.placement import PlacementProblem
 from .problems.stage import StageProblem, exact_number
 
@@ -57,5 +58,9 @@ def stage_lower_bound(problem: StageProblem) -> int | Fraction:
 
 
 def placement_lower_bound(problem: PlacementProblem) -> int:
-    """max(critical path with free transfers, total fastest work / devices), in ticks."""
-    return problem.lower_bound_ticks()
+    """The strongest combinatorial makespan bound, in ticks (`placement_bounds.placement_bound`).
+
+    At least max(critical path with free transfers, total fastest work / devices); the families
+    there also charge the transfers no schedule avoids and the work that cannot spread over devices.
+    """
+    return placement_bound(problem)

@@ -216,5 +216,7 @@ def _plain(v):
     if isinstance(v, Fraction):
         return int(v) if v.denominator == 1 else float(v)
     if hasattr(v, "item"):
-        return v.item()
+        v = v.item()
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return int(v)  # CP-SAT reports whole objectives as floats
     return v

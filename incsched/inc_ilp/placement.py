@@ -20,6 +20,7 @@ from solvers.cpsat.placement import segment_bound, segment_proof_bound, solve_pl
 
 from ..baselines.placement_local import compose, decomposable, local_search, segments as cut_segments, subproblem
 from ..bounds import placement_lower_bound
+from ..placement_bounds import placement_bound_cpsat
 from ..evaluate.simulate import simulate
 from ..problems.placement import Placement, PlacementProblem
 from ..relax import placement_window
@@ -28,6 +29,9 @@ from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, sea
 from .stage import SolverDisagreement
 
 __all__ = ["run", "make_check"]
+
+#: Share of the nominal budget the CP-SAT window bounds may spend (they take 1-10 s on 100-400 ops).
+BOUND_SHARE = 0.1
 
 #: Share of the nominal budget one window solve may spend.
 WINDOW_SHARE = 0.15
@@ -85,6 +89,9 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
         portfolio(ctx, "placement")
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
+    strengthen_bound(ctx)
+    if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
+        return
     if decomposable(p):
         segments(ctx)
     else:
@@ -108,6 +115,21 @@ def prove(ctx: Context) -> None:
         ctx.raise_bound(ctx.best_value, "cpsat-full", "full")
     elif out.bound is not None:
         ctx.raise_bound(int(out.bound), "cpsat-full", "full")
+
+
+def strengthen_bound(ctx: Context) -> None:
+    """Raise the global bound with exact CP-SAT windows around every node (`placement_bound_cpsat`).
+
+    Each node's earliest start and tail become the optimum of a small window of its nearest
+    ancestors or descendants, and every combinatorial family reruns on them (measured on the
+    dataflow graphs with transfers 4x compute, 8 devices: certified gaps 51-67% -> 16-25%).
+    """
+    with ctx.timed("bound"):
+        bound, info = placement_bound_cpsat(ctx.problem, ctx.settings(BOUND_SHARE * ctx.nominal_work))
+    if ctx.deterministic and not info["reproducible"]:
+        ctx.wall_capped = True  # a window the clock cut or skipped: the bound may differ on rerun
+    ctx.record("bound", bound=bound, families=info["families"])
+    ctx.raise_bound(bound, "cpsat-windows", "bound")
 
 
 def windows(ctx: Context) -> None:
@@ -160,11 +182,15 @@ def segments(ctx: Context) -> None:
     keys = [sub.signature() for sub in subs]
     big = sum(len(nodes) for nodes in seg_nodes if len(nodes) > 2)
     phase_work = ctx.nominal_work * SEGMENT_SHARE
+    complete = True
     with ctx.timed("segments"):
         for i, (nodes, sub, key) in enumerate(zip(seg_nodes, subs, keys)):
-            if ctx.stopped():
-                return  # the segments so far prove nothing about the whole: keep the incumbent
             entry = (nodes[0],) if i > 0 else ()  # every segment after the first starts at its cut node
+            if ctx.stopped() and key not in solved:
+                # Out of time: the rest get their list schedule, so the glued answer still competes;
+                # their bounds are missing, so the sum proves nothing.
+                complete = False
+                solved[key] = local_search(sub, ctx.seed, evaluations=1), 0
             if key not in solved:
                 pl, bound, info = _segment(ctx, sub, len(nodes), max(phase_work * len(nodes) * keys.count(key) / big, 1e-3))
                 solved[key] = pl, bound
@@ -175,7 +201,8 @@ def segments(ctx: Context) -> None:
             total_bound += bound - len(entry)
         glued = compose(p, parts)
     ctx.improve(glued, ctx.check(glued), "segments")
-    ctx.raise_bound(total_bound, "segments", "segments")
+    if complete:
+        ctx.raise_bound(total_bound, "segments", "segments")
 
 
 def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float) -> tuple[Placement, int, dict]:
