@@ -62,6 +62,7 @@ __all__ = [
     "MAX_WEIGHT_DECIMALS",
     "MAX_WEIGHT",
     "MAX_TOTAL_TICKS",
+    "MAX_STAGES",
     "exact_number",
 ]
 
@@ -85,6 +86,11 @@ MAX_WEIGHT = 10**15
 #: Most compute ticks a graph may span (the sum over nodes of each node's slowest ticks), so that
 #: per-stage tick sums fit int64 with room to spare (checked in float64, hence 2**61, not 2**62).
 MAX_TOTAL_TICKS = 2**61
+
+#: Most stages a problem may have. Every model and evaluator holds arrays of nodes x stages, and
+#: more stages than nodes change no optimum (the extra stages stay empty); 10**7 stages on a
+#: 4-node graph ran for minutes past a 5 s time limit before this check.
+MAX_STAGES = 1024
 
 
 def exact_number(x: int | Fraction) -> int | Fraction:
@@ -245,6 +251,8 @@ class StageProblem:
         k = self.n_stages
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ProblemError(f"n_stages must be an integer >= 1, got {k!r}")
+        if k > MAX_STAGES:
+            raise ProblemError(f"n_stages is {k}, above the supported {MAX_STAGES} stages")
         object.__setattr__(self, "n_stages", int(k))
         if isinstance(self.weights, dict):
             object.__setattr__(self, "weights", ObjectiveWeights(**self.weights))
