@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from .cost_model import DEFAULT_KIND, ROOFLINES, Roofline
-from .errors import CycleError, GraphError
+from . import dag
+from .errors import GraphError
 
 __all__ = ["CompGraph"]
 
@@ -115,7 +116,7 @@ class CompGraph:
         self.name = str(name)
         self.meta: Mapping[str, Any] = MappingProxyType(dict(meta or {}))
         self._check_simple_edges()
-        self._topo = self._topological_order()
+        self._topo = _readonly(dag.topological_order(self))  # also refuses cycles, naming one
 
     # ------------------------------------------------------------------ construction checks
 
@@ -163,39 +164,6 @@ class CompGraph:
             raise GraphError(
                 f"duplicate edge {self.names[self.src[a]]!r} -> {self.names[self.dst[a]]!r} (edges {a} and {b})"
             )
-
-    def _topological_order(self) -> np.ndarray:
-        """Kahn's algorithm, first-in first-out from index order, so the order is deterministic."""
-        n = len(self.names)
-        indeg = np.bincount(self.dst, minlength=n).tolist()
-        ptr, nbr = self.succ_ptr.tolist(), self.succ_idx.tolist()
-        queue = [i for i in range(n) if indeg[i] == 0]
-        head = 0
-        while head < len(queue):
-            u = queue[head]
-            head += 1
-            for k in range(ptr[u], ptr[u + 1]):
-                v = nbr[k]
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    queue.append(v)
-        if len(queue) < n:
-            raise CycleError([self.names[i] for i in self._find_cycle(indeg)])
-        return _readonly(np.asarray(queue, dtype=np.int64))
-
-    def _find_cycle(self, indeg_left: list[int]) -> list[int]:
-        # Every node Kahn could not place has a predecessor it could not place either: walking
-        # such predecessors must revisit a node, and the walk between the two visits is a cycle.
-        left = [d > 0 for d in indeg_left]
-        ptr, nbr = self.pred_ptr.tolist(), self.pred_idx.tolist()
-        v = next(i for i, flag in enumerate(left) if flag)
-        seen: dict[int, int] = {}
-        walk: list[int] = []
-        while v not in seen:
-            seen[v] = len(walk)
-            walk.append(v)
-            v = next(nbr[k] for k in range(ptr[v], ptr[v + 1]) if left[nbr[k]])
-        return list(reversed(walk[seen[v]:]))
 
     # ------------------------------------------------------------------ structure
 
@@ -266,129 +234,42 @@ class CompGraph:
     def out_degree(self) -> np.ndarray:
         return np.diff(self.succ_ptr)
 
-    def topological_order(self, depth_first: bool = False) -> np.ndarray:
-        """Node indices in a deterministic topological order.
+    # ------------------------------------------------------------------ algorithms (incsched.dag)
 
-        The default is Kahn's algorithm, first-in first-out from index order (level by level).
-        ``depth_first=True`` uses a stack instead (ties by index), which finishes one branch of a
-        block before starting the next: contiguous runs of that order are connected pieces of the
-        model, the order pipeline partitioners cut best.
-        """
+    def topological_order(self, depth_first: bool = False) -> np.ndarray:
+        """`incsched.dag.topological_order`, computed once per graph (read-only)."""
         return self._depth_first_topo if depth_first else self._topo
 
     @cached_property
     def _depth_first_topo(self) -> np.ndarray:
-        indeg = self.in_degree.tolist()
-        ptr, nbr = self.succ_ptr.tolist(), self.succ_idx.tolist()
-        stack = [v for v in range(self.n_nodes - 1, -1, -1) if indeg[v] == 0]
-        order = []
-        while stack:
-            u = stack.pop()
-            order.append(u)
-            for k in range(ptr[u + 1] - 1, ptr[u] - 1, -1):
-                v = nbr[k]
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    stack.append(v)
-        return _readonly(np.asarray(order, dtype=np.int64))
+        return _readonly(dag.topological_order(self, depth_first=True))
 
     @cached_property
     def asap_level(self) -> np.ndarray:
-        """Earliest level of each node: edges on the longest path from any source to it."""
-        return _readonly(self._levels(reverse=False))
+        """`incsched.dag.asap_level`: edges on the longest path from any source to each node."""
+        return _readonly(dag.asap_level(self))
 
     @cached_property
     def alap_level(self) -> np.ndarray:
-        """Latest level of each node that keeps the graph's depth: depth - 1 - edges to a sink."""
-        if self.n_nodes == 0:
-            return _readonly(np.zeros(0, dtype=np.int64))
-        return _readonly(self.depth - 1 - self._levels(reverse=True))
+        """`incsched.dag.alap_level`: the latest level of each node that keeps the graph's depth."""
+        return _readonly(dag.alap_level(self))
 
     @property
     def depth(self) -> int:
-        """Number of ASAP levels (nodes on the longest path)."""
-        return int(self.asap_level.max()) + 1 if self.n_nodes else 0
-
-    def _levels(self, reverse: bool) -> np.ndarray:
-        order = self._topo[::-1] if reverse else self._topo
-        ptr, nbr = (self.succ_ptr, self.succ_idx) if reverse else (self.pred_ptr, self.pred_idx)
-        ptr_l, nbr_l = ptr.tolist(), nbr.tolist()
-        level = [0] * self.n_nodes
-        for v in order.tolist():
-            best = -1
-            for k in range(ptr_l[v], ptr_l[v + 1]):
-                lv = level[nbr_l[k]]
-                if lv > best:
-                    best = lv
-            level[v] = best + 1
-        return np.asarray(level, dtype=np.int64)
-
-    # ------------------------------------------------------------------ paths with costs
+        """`incsched.dag.depth`: number of ASAP levels (nodes on the longest path)."""
+        return dag.depth(self)
 
     def top_level(self, node_weight=None, edge_weight=None) -> np.ndarray:
-        """Longest weighted path from any source to the start of each node (its own weight excluded)."""
-        return self._path_lengths(node_weight, edge_weight, reverse=False)[0]
+        """`incsched.dag.top_level`: longest weighted path from any source to the start of each node."""
+        return dag.top_level(self, node_weight, edge_weight)
 
     def bottom_level(self, node_weight=None, edge_weight=None) -> np.ndarray:
-        """Longest weighted path from the start of each node to the end of any sink (own weight included)."""
-        return self._path_lengths(node_weight, edge_weight, reverse=True)[0]
+        """`incsched.dag.bottom_level`: longest weighted path from each node's start to any sink's end."""
+        return dag.bottom_level(self, node_weight, edge_weight)
 
     def longest_path(self, node_weight=None, edge_weight=None) -> tuple[float, list[str]]:
-        """Length and node names of a longest path.
-
-        With no weights the length counts edges. ``node_weight`` and ``edge_weight`` are arrays (one
-        value per node / edge) whose sums along a path are maximised, e.g. compute times and
-        transfer times for a critical path.
-        """
-        if self.n_nodes == 0:
-            return 0.0, []
-        if node_weight is None and edge_weight is None:
-            edge_weight = np.ones(self.n_edges)
-        top, parent = self._path_lengths(node_weight, edge_weight, reverse=False)
-        w = self._node_weight(node_weight)
-        end = int(np.argmax(top + w))
-        path = [end]
-        while parent[path[-1]] >= 0:
-            path.append(int(parent[path[-1]]))
-        return float(top[end] + w[end]), [self.names[i] for i in reversed(path)]
-
-    def _node_weight(self, node_weight) -> np.ndarray:
-        if node_weight is None:
-            return np.zeros(self.n_nodes)
-        w = np.asarray(node_weight, dtype=np.float64)
-        if w.shape != (self.n_nodes,):
-            raise GraphError(f"node_weight has shape {w.shape}, expected ({self.n_nodes},)")
-        _check_weights("node_weight", w)
-        return w
-
-    def _path_lengths(self, node_weight, edge_weight, reverse: bool) -> tuple[np.ndarray, np.ndarray]:
-        w = self._node_weight(node_weight).tolist()
-        if edge_weight is None:
-            ew = [0.0] * self.n_edges
-        else:
-            ew_arr = np.asarray(edge_weight, dtype=np.float64)
-            if ew_arr.shape != (self.n_edges,):
-                raise GraphError(f"edge_weight has shape {ew_arr.shape}, expected ({self.n_edges},)")
-            _check_weights("edge_weight", ew_arr)
-            ew = ew_arr.tolist()
-        if reverse:
-            order, ptr, nbr, eid = self._topo[::-1], self.succ_ptr, self.succ_idx, self.succ_edge
-        else:
-            order, ptr, nbr, eid = self._topo, self.pred_ptr, self.pred_idx, self.pred_edge
-        ptr_l, nbr_l, eid_l = ptr.tolist(), nbr.tolist(), eid.tolist()
-        dist = [0.0] * self.n_nodes
-        parent = [-1] * self.n_nodes
-        for v in order.tolist():
-            best, arg = 0.0, -1
-            for k in range(ptr_l[v], ptr_l[v + 1]):
-                u = nbr_l[k]
-                # forward: u is a predecessor, finished before v starts; reverse: u follows v.
-                cand = dist[u] + ew[eid_l[k]] + (w[u] if not reverse else 0.0)
-                if cand > best or arg < 0:
-                    best, arg = cand, u
-            dist[v] = best + (w[v] if reverse else 0.0)
-            parent[v] = arg
-        return np.asarray(dist), np.asarray(parent, dtype=np.int64)
+        """`incsched.dag.longest_path`: length and node names of a longest (weighted) path."""
+        return dag.longest_path(self, node_weight, edge_weight)
 
     # ------------------------------------------------------------------ costs
 
@@ -560,12 +441,6 @@ class _EdgeLabels:
 def _readonly(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
-
-
-def _check_weights(field: str, w: np.ndarray) -> None:
-    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
-    if bad.size:
-        raise GraphError(f"{field}[{int(bad[0])}] is {float(w[bad[0]])}; path weights must be finite and non-negative")
 
 
 def _check_names(names: Iterable[str]) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from incsched import dag
 from incsched.errors import CycleError, GraphError
 from incsched.graph import CompGraph
 
@@ -227,6 +228,30 @@ def test_asap_alap_levels(case):
     idx = [g.index(v) for v in path]
     assert len(path) == g.depth
     assert asap[idx].tolist() == list(range(g.depth)) == alap[idx].tolist()
+
+
+@given(random_dags())
+@settings(max_examples=40, deadline=None)
+def test_methods_are_the_dag_functions_cached(case):
+    g, _, _ = case
+    node_w = np.arange(g.n_nodes, dtype=np.float64)
+    assert np.array_equal(g.topological_order(), dag.topological_order(g))
+    dfs = g.topological_order(depth_first=True)
+    assert np.array_equal(dfs, dag.topological_order(g, depth_first=True)) and dfs is g.topological_order(True)
+    assert np.array_equal(g.asap_level, dag.asap_level(g)) and np.array_equal(g.alap_level, dag.alap_level(g))
+    assert g.depth == dag.depth(g)
+    assert np.array_equal(g.top_level(node_w), dag.top_level(g, node_w))
+    assert np.array_equal(g.bottom_level(node_w), dag.bottom_level(g, node_w))
+    assert g.longest_path(node_w) == dag.longest_path(g, node_w)
+    for cached in (g.topological_order(), dfs, g.asap_level, g.alap_level):
+        assert not cached.flags.writeable
+
+
+def test_depth_first_order_finishes_a_branch_first():
+    # a -> b -> d and a -> c: Kahn goes level by level (b, c, d), depth-first finishes b's branch.
+    g = CompGraph(["a", "b", "c", "d"], ["a", "a", "b"], ["b", "c", "d"])
+    assert g.topological_order().tolist() == [0, 1, 2, 3]
+    assert g.topological_order(depth_first=True).tolist() == [0, 1, 3, 2]
 
 
 @given(random_dags())
