@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from incsched.baselines.stage import contiguous_params
-from incsched.baselines.stage_local import dp_local_search, improve_by_moves
+from incsched.baselines.stage import contiguous_params, dp_local_search
+from incsched.baselines.stage_local import improve_by_moves
 from incsched.evaluate import evaluate_stages
 from incsched.generators import layered_dag
 from incsched.problems import ObjectiveWeights, StageProblem

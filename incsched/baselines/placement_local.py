@@ -24,7 +24,7 @@ import numpy as np
 
 from ..evaluate.simulate import simulate
 from ..problems.placement import Placement, PlacementProblem
-from .placement import critical_path_list, heft
+from .list_scheduling import critical_path_list, heft
 
 __all__ = ["local_search", "schedule_assignment", "cut_nodes", "segments", "subproblem", "decomposable", "compose"]
 

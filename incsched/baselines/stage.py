@@ -14,7 +14,7 @@ import numpy as np
 
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
-from .stage_local import dp_local_search
+from .stage_local import improve_by_moves, place_loadless_nodes
 
 __all__ = [
     "asap",
@@ -127,6 +127,23 @@ def best_split_of_order(
             if best is None or key < best_key:
                 best, best_key = stages, key
     return best, best_key
+
+
+def dp_local_search(problem: StageProblem, seed: int = 0, *, rounds: int = 5, start=None) -> np.ndarray:
+    """The PipeDream-style DP's split, polished by `improve_by_moves` until it stops improving,
+    then its loadless nodes placed optimally (`place_loadless_nodes`).
+
+    ``start`` is the DP's split when the caller has it already (`best_baseline` does).
+    """
+    stages = pipedream_dp(problem, seed) if start is None else np.asarray(start, dtype=np.int64)
+    objective = evaluate_stages(problem, stages).objective
+    for _ in range(rounds):
+        candidate = improve_by_moves(problem, stages)
+        value = evaluate_stages(problem, candidate).objective
+        if value >= objective:
+            break
+        stages, objective = candidate, value
+    return place_loadless_nodes(problem, stages)
 
 
 #: Every stage pre-scheduler by name, for `solve()`, the CLI and the benchmarks.

@@ -13,7 +13,7 @@ import numpy as np
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 
-__all__ = ["improve_by_moves", "dp_local_search", "loadless_nodes", "place_loadless_nodes"]
+__all__ = ["improve_by_moves", "loadless_nodes", "place_loadless_nodes"]
 
 
 def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> np.ndarray:
@@ -267,7 +267,7 @@ def place_loadless_nodes(problem: StageProblem, stages) -> np.ndarray:
     ``scipy.optimize`` costs 1.5 s, a sixth of a 10-s budget. Returns the input unchanged if
     nothing is loadless, the LP fails, or its answer is not integral.
     """
-    from ortools.linear_solver import pywraplp
+    from ortools.linear_solver import pywraplp  # here: 30 ms of import that only this LP needs
 
     g, K = problem.graph, problem.n_stages
     s = np.asarray(stages, dtype=np.int64).copy()
@@ -305,22 +305,3 @@ def place_loadless_nodes(problem: StageProblem, stages) -> np.ndarray:
     if np.any(placed[g.src] > placed[g.dst]):
         return s
     return placed if evaluate_stages(problem, placed).objective <= evaluate_stages(problem, s).objective else s
-
-
-def dp_local_search(problem: StageProblem, seed: int = 0, *, rounds: int = 5, start=None) -> np.ndarray:
-    """The PipeDream-style DP's split, polished by `improve_by_moves` until it stops improving,
-    then its loadless nodes placed optimally (`place_loadless_nodes`).
-
-    ``start`` is the DP's split when the caller has it already (`best_baseline` does).
-    """
-    from .stage import pipedream_dp
-
-    stages = pipedream_dp(problem, seed) if start is None else np.asarray(start, dtype=np.int64)
-    objective = evaluate_stages(problem, stages).objective
-    for _ in range(rounds):
-        candidate = improve_by_moves(problem, stages)
-        value = evaluate_stages(problem, candidate).objective
-        if value >= objective:
-            break
-        stages, objective = candidate, value
-    return place_loadless_nodes(problem, stages)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Callable
 
-from ..baselines.placement import PLACEMENT_BASELINES
-from ..baselines.placement_local import local_search
+from ..baselines.placement import PLACEMENT_BASELINES, local_search
 from ..baselines.stage import STAGE_BASELINES
 from ..errors import UnknownNameError
 from .context import Context
