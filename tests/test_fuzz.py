@@ -140,7 +140,7 @@ def _read_cli_result(argv: list[str], stdout: str) -> dict | None:
 
 def _run_api(case: Case) -> Outcome:
     from incsched.graph import CompGraph
-    from incsched.problems.placement import Device, Links, PlacementProblem
+    from incsched.problems import Device, Links, PlacementProblem
     from incsched.problems.stage import ObjectiveWeights, StageProblem
     from incsched.solve import solve
 
@@ -178,7 +178,8 @@ def judge(case: Case, out: Outcome) -> tuple[str, str]:
         return "traceback", out.escaped.strip().splitlines()[-1]
     if case.kind == "cli":
         if "Traceback" in out.stderr or "Traceback" in out.stdout:
-            return "traceback", "a traceback on stderr"
+            tail = [ln for ln in (out.stderr + out.stdout).splitlines() if ln.strip()][-3:]
+            return "traceback", "a traceback on stderr, ending: " + " | ".join(tail)[-400:]
         if out.status not in (0, 1, 3):
             return "traceback", f"exit status {out.status!r}"
         if out.status == 1 and case.argv[:1] == ("batch",) and "\n  failed: " in out.stdout:
@@ -300,7 +301,7 @@ def stage_optimum(o: dict) -> Fraction | None:
 def placement_optimum(o: dict) -> int | None:
     """Brute-force makespan of the placement problem ``o["api"]`` describes (its ticks from the library)."""
     from incsched.graph import CompGraph
-    from incsched.problems.placement import Device, Links, PlacementProblem
+    from incsched.problems import Device, Links, PlacementProblem
     from test_bounds import brute_force_placement
 
     kw = o["api"]["problem_kwargs"]
