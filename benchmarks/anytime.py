@@ -90,7 +90,7 @@ from incsched.generators import (  # noqa: E402
     transformer_block,
 )
 from incsched.problems import PlacementProblem, StageProblem  # noqa: E402
-from incsched.problems.placement import Placement  # noqa: E402
+from incsched.problems import Placement  # noqa: E402
 from incsched.result import library_versions  # noqa: E402
 from incsched.solve import solve  # noqa: E402
 

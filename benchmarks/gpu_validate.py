@@ -46,7 +46,7 @@ from incsched.execute import ExecutionError, OutputMismatch, rank_placements, va
 from incsched.execute.calibrate import calibrated_devices, measure_links, profile_devices
 from incsched.jsonio import write_json
 from incsched.problems import PlacementProblem, StageProblem
-from incsched.problems.placement import Placement
+from incsched.problems import Placement
 from incsched.solve import solve
 
 log = logging.getLogger("gpu_validate")

@@ -26,7 +26,7 @@ from incsched.baselines.placement import critical_path_list, heft
 from incsched.baselines.placement_local import local_search
 from incsched.evaluate.simulate import simulate
 from incsched.generators import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block
-from incsched.problems.placement import Placement, PlacementProblem
+from incsched.problems import Placement, PlacementProblem
 from incsched.solve import solve
 from solvers import SolverSettings
 from solvers.cpsat.placement import solve_placement

@@ -73,7 +73,7 @@ class ProblemRecipe:
             return StageProblem.peer(graph, n_stages=self.n_stages, alpha=self.alpha, capacity=self.capacity, device_kind=self.device_kind,
                                      **extra)
         if self.kind == "placement" and self.devices:
-            from .problems.placement import Device, Links
+            from .problems import Device, Links
 
             return PlacementProblem(graph, [Device(**d) for d in self.devices], Links.from_dict(self.links or {}))
         if self.kind == "placement":
@@ -220,7 +220,7 @@ def _recheck(stored: Result, problem) -> str | None:
             objective = ev.objective
         else:
             from .evaluate.simulate import simulate
-            from .problems.placement import Placement
+            from .problems import Placement
 
             sched = simulate(problem, Placement(values, stored.order), "ordered")
             if sched.memory_violations:

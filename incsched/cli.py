@@ -587,7 +587,7 @@ def _recipe(args):
 def _read_links(path: str) -> tuple[list[dict], dict]:
     """The measured devices and links of an ``incsched profile --links`` file, each checked."""
     from .jsonio import read_json
-    from .problems.placement import Device, Links
+    from .problems import Device, Links
 
     data = read_json(path)
     if not isinstance(data, dict) or "placement_devices" not in data or "links" not in data:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problems.placement import PlacementProblem, PlacementWindow
+from .problems import PlacementProblem, PlacementWindow
 from .problems.stage import StageProblem
 
 __all__ = ["stage_window", "stage_band_window", "placement_window", "window_is_everything"]

@@ -19,7 +19,7 @@ from incsched.bounds import placement_lower_bound, stage_lower_bound, stage_term
 from incsched.evaluate.simulate import simulate
 from incsched.graph import CompGraph
 from incsched.placement_bounds import placement_bound
-from incsched.problems.placement import Device, Links, Placement, PlacementInfeasibleError, PlacementProblem
+from incsched.problems import Device, Links, Placement, PlacementInfeasibleError, PlacementProblem
 from incsched.problems.stage import ObjectiveWeights, StageProblem
 from test_exact import brute_force
 

@@ -37,7 +37,7 @@ from incsched.execute import (
     validate_stages,
 )
 from incsched.problems import StageProblem
-from incsched.problems.placement import Links, Placement
+from incsched.problems import Links, Placement
 from incsched.solve import solve
 
 

@@ -29,7 +29,7 @@ from incsched.execute.calibrate import (
 from incsched.execute import cpu_time_threads
 from incsched.formats import load_graph, save_graph
 from incsched.graph import CompGraph
-from incsched.problems.placement import Links, PlacementProblem
+from incsched.problems import Links, PlacementProblem
 
 
 @pytest.fixture(scope="module", autouse=True)

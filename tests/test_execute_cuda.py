@@ -23,7 +23,7 @@ from incsched.execute import (
     validate_stages,
 )
 from incsched.problems import PlacementProblem, StageProblem
-from incsched.problems.placement import Placement
+from incsched.problems import Placement
 from incsched.solve import solve
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

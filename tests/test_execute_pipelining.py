@@ -23,7 +23,7 @@ from incsched.execute import (
     validate_stages,
 )
 from incsched.problems import StageProblem
-from incsched.problems.placement import Placement
+from incsched.problems import Placement
 
 
 class Skip(torch.nn.Module):

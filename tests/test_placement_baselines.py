@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from incsched.baselines.placement import PLACEMENT_BASELINES, critical_path_list, heft, list_schedule, mean_costs
 from incsched.evaluate.simulate import simulate
 from incsched.graph import CompGraph
-from incsched.problems.placement import Device, Links, PlacementInfeasibleError, PlacementProblem
+from incsched.problems import Device, Links, PlacementInfeasibleError, PlacementProblem
 
 
 @st.composite

@@ -23,7 +23,7 @@ from incsched.placement_bounds import (
     transfer_heads,
     transfer_tails,
 )
-from incsched.problems.placement import Device, Links, Placement, PlacementProblem
+from incsched.problems import Device, Links, Placement, PlacementProblem
 from solvers import SolverSettings
 from solvers.cpsat.placement import solve_placement
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from incsched.baselines.placement import PLACEMENT_BASELINES, heft
 from incsched.evaluate.simulate import simulate
 from incsched.graph import CompGraph
-from incsched.problems.placement import Device, Links, Placement, PlacementProblem, PlacementWindow
+from incsched.problems import Device, Links, Placement, PlacementProblem, PlacementWindow
 from solvers import SolverSettings
 from solvers.cpsat.placement import solve_placement
 

@@ -24,7 +24,7 @@ from incsched.policy.placement_policy import (
     decode_rows,
     load_placement_policy,
 )
-from incsched.problems.placement import Device, Links, PlacementError, PlacementProblem
+from incsched.problems import Device, Links, PlacementError, PlacementProblem
 from incsched.train.placement import make_problem
 from test_placement_policy import problems
 

@@ -22,7 +22,7 @@ from incsched.baselines.placement_local import (
 from incsched.evaluate.simulate import simulate
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.graph import CompGraph
-from incsched.problems.placement import Device, Links, PlacementProblem
+from incsched.problems import Device, Links, PlacementProblem
 from incsched.solve import solve
 from solvers import SolverSettings
 from solvers.cpsat.placement import segment_bound, segment_decision, segment_proof_bound, solve_placement

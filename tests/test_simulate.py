@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from incsched.evaluate.simulate import DeadlockError, ScheduleError, simulate
 from incsched.graph import CompGraph
-from incsched.problems.placement import Device, Placement, PlacementError, PlacementProblem
+from incsched.problems import Device, Placement, PlacementError, PlacementProblem
 
 
 def problem(names, edges, secs, out_bytes=None, n_devices=2, bandwidth=None, latency=0.0, **kw):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..problems.placement import Placement, PlacementError, PlacementProblem
+from ..problems import Placement, PlacementError, PlacementProblem
 
 __all__ = ["Schedule", "simulate", "DeadlockError", "ScheduleError", "MODES"]
 

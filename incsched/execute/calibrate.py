@@ -32,7 +32,7 @@ import torch.fx
 from ..capture import Capture
 from ..errors import IncschedError
 from ..graph import CompGraph
-from ..problems.placement import Device, Links
+from ..problems import Device, Links
 from .runner import cpu_threads_per_worker, intra_op_threads
 
 log = logging.getLogger(__name__)

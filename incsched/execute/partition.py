@@ -26,7 +26,7 @@ from torch.fx.passes.split_module import split_module
 from ..capture import Capture
 from ..errors import IncschedError
 from ..evaluate.simulate import simulate
-from ..problems.placement import Placement, PlacementError, PlacementProblem
+from ..problems import Placement, PlacementError, PlacementProblem
 
 log = logging.getLogger(__name__)
 

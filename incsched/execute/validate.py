@@ -21,7 +21,7 @@ import torch
 
 from ..capture import Capture
 from ..evaluate.simulate import simulate
-from ..problems.placement import Links, Placement, PlacementProblem
+from ..problems import Links, Placement, PlacementProblem
 from .calibrate import calibrated_devices
 from .distributed import execute_distributed
 from .equivalence import check_execution

@@ -1,16 +1,16 @@
 """The two problems incsched solves: pipeline stages (`StageProblem`) and device placement with
-start times (`PlacementProblem`), immutable and JSON round-trippable."""
+start times (`PlacementProblem`), immutable and JSON round-trippable.
 
-from .placement import (
-    Device,
-    Links,
-    Placement,
-    PlacementError,
-    PlacementInfeasibleError,
-    PlacementProblem,
-    PlacementWindow,
-)
-from .stage import InfeasibleProblem, ObjectiveWeights, ProblemError, StageProblem
+Modules: `stage` (the stage problem), `placement` (the placement problem), `devices` (its devices
+and links), `answers` (a placement and the window a solver may be held to), `units` (the tick both
+problems choose), `errors` (what their constructors raise).
+"""
+
+from .answers import Placement, PlacementWindow
+from .devices import Device, Links
+from .errors import InfeasibleProblem, PlacementError, PlacementInfeasibleError, ProblemError
+from .placement import PlacementProblem
+from .stage import ObjectiveWeights, StageProblem
 
 __all__ = [
     "StageProblem",

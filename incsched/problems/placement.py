@@ -1,61 +1,47 @@
 """The placement problem (DOPPLER, HSDAG, HEFT): a device and a start time for every node.
 
-A `PlacementProblem` wraps a `CompGraph` with devices and links and converts every duration and
-transfer time, once, to integer ticks; the simulator, the CP-SAT model and the list schedulers all
-read those same ticks, so their makespans are directly comparable. `Placement` is the common answer
-(device per node, order per device) and `PlacementWindow` the relaxation's restriction of it.
+A `PlacementProblem` wraps a `CompGraph` with devices and links (`incsched.problems.devices`) and
+converts every duration and transfer time, once, to integer ticks; the simulator, the CP-SAT model
+and the list schedulers all read those same ticks, so their makespans are directly comparable.
+Their common answer is a `Placement` (`incsched.problems.answers`).
 
 Integer ranges. Ticks are int64 everywhere (durations, transfers, start times, makespans), so
 the tick is chosen, or a given one checked, such that the horizon (every node at its slowest
 plus every edge at its slowest transfer, an upper bound on any schedule's makespan) is at most
-`MAX_HORIZON_TICKS` (2**50): sums of ticks then never wrap and stay exact even in float64. When
-the automatic tick (about `TARGET_TOTAL_TICKS` of total work) would pass it, as with a
-bandwidth of 1e-6 or a latency of 1e12 s against microsecond operations, the tick is coarsened
-until the horizon fits; a given ``time_unit`` that is too fine, or times beyond float64, raise
-`PlacementError` naming the limit. Device symmetry (`PlacementProblem.identical_devices`) is
-found by hashing each device's links, in O(D^2) for link matrices and O(D) for uniform links; at
-most `MAX_DEVICES` devices are accepted.
+`MAX_HORIZON_TICKS` (2**50): sums of ticks then never wrap and stay exact even in float64. The
+automatic tick is the rule both problems share (`incsched.problems.units.auto_time_unit`: total
+work of at least 10**6 ticks), coarsened when the horizon would pass the limit, as with a
+bandwidth of 1e-6 or a latency of 1e12 s against microsecond operations; a given ``time_unit``
+that is too fine, or times beyond float64, raise `PlacementError` naming the limit. At most
+`MAX_DEVICES` devices are accepted.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, IncschedError
+from ..errors import FormatError
 from ..formats import graph_from_dict, graph_to_dict
 from ..graph import CompGraph
 from ..jsonio import read_json, write_json
+from .devices import Device, Links, identical_device_groups
+from .errors import PlacementError, PlacementInfeasibleError
+from .units import auto_time_unit, finest_time_unit
 
-__all__ = [
-    "Device",
-    "Links",
-    "PlacementProblem",
-    "Placement",
-    "PlacementWindow",
-    "PlacementError",
-    "PlacementInfeasibleError",
-    "FORMAT",
-    "VERSION",
-    "TARGET_TOTAL_TICKS",
-    "MAX_HORIZON_TICKS",
-    "MAX_DEVICES",
-]
+# Moved to answers.py; still importable from here only for the files other engineers are editing
+# as this lands (their import lines now name `incsched.problems`). Delete once they are committed.
+from .answers import Placement, PlacementWindow  # noqa: E402, F401
+
+__all__ = ["PlacementProblem", "FORMAT", "VERSION", "MAX_HORIZON_TICKS", "MAX_DEVICES"]
 
 FORMAT = "incsched.placement_problem"
-PLACEMENT_FORMAT = "incsched.placement"
 VERSION = 1
-
-#: The automatic tick is chosen so that the graph's total work is about this many ticks: fine
-#: enough that rounding moves a makespan by well under 0.1%, coarse enough for small CP-SAT domains.
-TARGET_TOTAL_TICKS = 2e5
 
 #: Most ticks a schedule's horizon may span (see the module notes): int64 sums of ticks cannot
 #: wrap, and CP-SAT's start-time domains stay far inside its range.
@@ -64,150 +50,6 @@ MAX_HORIZON_TICKS = 2**50
 #: Most devices a problem may have: transfer ticks are an [edges, D, D] table, so 1,000 devices
 #: on resnet18 would need gigabytes before any solver starts.
 MAX_DEVICES = 256
-
-
-class PlacementError(IncschedError, ValueError):
-    """A placement problem, placement or window is malformed (bad device, unknown node, bad order)."""
-
-
-class PlacementInfeasibleError(PlacementError):
-    """No placement can exist; ``node`` names the node that cannot go anywhere, when there is one."""
-
-    def __init__(self, message: str, node: str | None = None):
-        super().__init__(message)
-        self.node = node
-
-
-# ---------------------------------------------------------------------- devices and links
-
-
-@dataclass(frozen=True)
-class Device:
-    """One device that runs operations one at a time.
-
-    Parameters
-    ----------
-    name : str
-        Unique label (``"gpu0"``).
-    kind : str
-        Device kind whose per-node times the graph supplies (``graph.time(kind)``).
-    speed : float
-        Relative speed: a node takes ``graph.time(kind)[v] / speed`` seconds here.
-    memory : int, optional
-        Bytes of parameters the device can hold; ``None`` for no limit.
-    """
-
-    name: str
-    kind: str = "cpu"
-    speed: float = 1.0
-    memory: int | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name:
-            raise PlacementError(f"device name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.kind, str) or not self.kind:
-            raise PlacementError(f"device {self.name!r}: kind must be a non-empty string, got {self.kind!r}")
-        if isinstance(self.speed, bool) or not isinstance(self.speed, (int, float, np.integer, np.floating)):
-            raise PlacementError(f"device {self.name!r}: speed must be a number, got {self.speed!r}")
-        if not (math.isfinite(self.speed) and self.speed > 0):
-            raise PlacementError(f"device {self.name!r}: speed must be finite and positive, got {self.speed}")
-        object.__setattr__(self, "speed", float(self.speed))
-        if self.memory is not None:
-            if isinstance(self.memory, bool) or not isinstance(self.memory, (int, np.integer)) or self.memory < 0:
-                raise PlacementError(
-                    f"device {self.name!r}: memory must be a non-negative whole number of bytes or None, got {self.memory!r}"
-                )
-            object.__setattr__(self, "memory", int(self.memory))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "speed": self.speed, "memory": self.memory}
-
-
-@dataclass(frozen=True, eq=False)
-class Links:
-    """Interconnect between devices: moving ``b`` bytes from d1 to d2 takes latency + b / bandwidth.
-
-    Parameters
-    ----------
-    latency : float or array-like [D, D]
-        Seconds per transfer, uniform or per ordered device pair (the diagonal is ignored).
-    bandwidth : float, array-like [D, D] or None
-        Bytes per second; ``None`` (or ``inf``) for an infinitely fast link.
-
-    Transfers between a device and itself are always free.
-    """
-
-    latency: float | np.ndarray = 0.0
-    bandwidth: float | np.ndarray | None = None
-
-    def __post_init__(self):
-        lat = _link_values("latency", self.latency, allow_zero=True)
-        bw = _link_values("bandwidth", math.inf if self.bandwidth is None else self.bandwidth, allow_zero=False)
-        if isinstance(lat, np.ndarray) and isinstance(bw, np.ndarray) and lat.shape != bw.shape:
-            raise PlacementError(f"links: latency is {lat.shape} but bandwidth is {bw.shape}")
-        object.__setattr__(self, "latency", lat)
-        object.__setattr__(self, "bandwidth", bw)
-
-    @property
-    def uniform(self) -> bool:
-        """True when every pair of distinct devices has the same latency and bandwidth."""
-        return not isinstance(self.latency, np.ndarray) and not isinstance(self.bandwidth, np.ndarray)
-
-    def matrices(self, n_devices: int) -> tuple[np.ndarray, np.ndarray]:
-        """Latency and bandwidth as [D, D] arrays (uniform values broadcast)."""
-        out = []
-        for label, value in (("latency", self.latency), ("bandwidth", self.bandwidth)):
-            if isinstance(value, np.ndarray):
-                if value.shape != (n_devices, n_devices):
-                    raise PlacementError(f"links: {label} matrix is {value.shape}, expected ({n_devices}, {n_devices})")
-                out.append(value)
-            else:
-                out.append(np.full((n_devices, n_devices), value, dtype=np.float64))
-        return out[0], out[1]
-
-    def to_dict(self) -> dict[str, Any]:
-        def enc(a, inf_as_none):
-            if isinstance(a, np.ndarray):
-                return [[(None if inf_as_none and math.isinf(x) else float(x)) for x in row] for row in a.tolist()]
-            return None if inf_as_none and math.isinf(a) else float(a)
-
-        return {"latency": enc(self.latency, False), "bandwidth": enc(self.bandwidth, True)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Links:
-        bw = data.get("bandwidth")
-        if isinstance(bw, list):
-            bw = [[math.inf if x is None else x for x in row] for row in bw]
-        return cls(latency=data.get("latency", 0.0), bandwidth=bw)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Links):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def _link_values(label: str, value, allow_zero: bool):
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise PlacementError(f"links: {label} must be a number or a square matrix of numbers, got {value!r}") from None
-    if arr.ndim not in (0, 2) or (arr.ndim == 2 and arr.shape[0] != arr.shape[1]):
-        raise PlacementError(f"links: {label} must be a number or a square [D, D] matrix, got shape {arr.shape}")
-    off = arr if arr.ndim == 0 else arr[~np.eye(arr.shape[0], dtype=bool)]
-    bad = np.isnan(off) | (off < 0) | (~allow_zero & (off == 0))
-    if label == "latency":
-        bad |= np.isinf(off)
-    if np.any(bad):
-        shown = float(np.asarray(off)[bad][0]) if arr.ndim else float(arr)
-        need = "non-negative and finite" if allow_zero else "positive"
-        raise PlacementError(f"links: {label} must be {need}, got {shown}")
-    if arr.ndim == 0:
-        return float(arr)
-    arr = arr.copy()
-    arr.setflags(write=False)
-    return arr
 
 
 # ---------------------------------------------------------------------- the problem
@@ -226,9 +68,10 @@ class PlacementProblem:
     links : Links, optional
         Interconnect; default free and instantaneous.
     time_unit : float, optional
-        Seconds per integer tick. Chosen automatically when omitted (a round 1/2/5 x 10^k value
-        that makes the total work about `TARGET_TOTAL_TICKS` ticks) and recorded, so a saved
-        problem converts to exactly the same ticks when loaded.
+        Seconds per integer tick. Chosen automatically when omitted (`auto_time_unit`: a round
+        1/2/5 x 10^k value giving the total work on the fastest devices at least 10**6 ticks, coarser
+        if the horizon needs it) and recorded, so a saved problem converts to exactly the same
+        ticks when loaded.
     name : str, optional
         Label for reports; defaults to the graph's name.
 
@@ -286,11 +129,9 @@ class PlacementProblem:
         seconds = self.durations_seconds()
         horizon = self._horizon_seconds()
         if self.time_unit is None:
-            unit = _auto_time_unit(float(seconds.min(axis=1).sum()))
-            if horizon / unit > MAX_HORIZON_TICKS:
-                # Transfers (or one slow node) dwarf the total work: a coarser tick keeps int64 safe.
-                unit = _round_unit_up(horizon / MAX_HORIZON_TICKS)
-            object.__setattr__(self, "time_unit", unit)
+            # Transfers (or one slow node) may dwarf the total work: then a coarser tick keeps int64 safe.
+            work = float(seconds.min(axis=1).sum()) if seconds.size else 0.0
+            object.__setattr__(self, "time_unit", auto_time_unit(work, span_seconds=horizon, max_ticks=MAX_HORIZON_TICKS))
         elif isinstance(self.time_unit, bool) or not (
             isinstance(self.time_unit, (int, float, np.floating)) and math.isfinite(self.time_unit) and self.time_unit > 0
         ):
@@ -299,7 +140,7 @@ class PlacementProblem:
             raise PlacementError(
                 f"placement problem {self.name!r}: a schedule may span {horizon:.3g} s, {horizon / float(self.time_unit):.3g} "
                 f"ticks of {float(self.time_unit):g} s, beyond the supported 2**50 ticks; use a time_unit of at least "
-                f"{_round_unit_up(horizon / MAX_HORIZON_TICKS):g} s"
+                f"{finest_time_unit(horizon, MAX_HORIZON_TICKS):g} s"
             )
         object.__setattr__(self, "time_unit", float(self.time_unit))
         self._check_memory()
@@ -433,38 +274,8 @@ class PlacementProblem:
 
     @cached_property
     def identical_devices(self) -> tuple[tuple[int, ...], ...]:
-        """Groups of interchangeable devices (same kind, speed, memory and links), each sorted.
-
-        Two devices are interchangeable when swapping them leaves every cost unchanged; since
-        swaps generate all permutations, each group may be relabelled freely (symmetry breaking).
-        """
-        D = self.n_devices
-        parent = list(range(D))
-
-        def find(a):
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
-        attrs = [(d.kind, d.speed, d.memory) for d in self.devices]
-        if self.links.uniform:
-            # Uniform links: only kind, speed and memory tell devices apart. O(D).
-            first: dict[tuple, int] = {}
-            for d, key in enumerate(attrs):
-                parent[d] = first.setdefault(key, d)
-        else:
-            lat, bw = self.links.matrices(D)
-            for a, b in _twin_candidates(attrs, lat, bw):
-                ra, rb = find(a), find(b)
-                # Candidates come from a hash; each is verified exactly, and only while the two
-                # devices are not yet known to be together, so at most D - 1 checks succeed.
-                if ra != rb and _swappable(self.devices, lat, bw, a, b):
-                    parent[max(ra, rb)] = min(ra, rb)
-        groups: dict[int, list[int]] = {}
-        for d in range(D):
-            groups.setdefault(find(d), []).append(d)
-        return tuple(tuple(g) for g in sorted(groups.values()))
+        """Groups of interchangeable devices, each sorted (`identical_device_groups`)."""
+        return identical_device_groups(self.devices, self.links)
 
     def total_work_ticks(self) -> int:
         """Sum over nodes of their fastest duration: total work / devices bounds the makespan below."""
@@ -583,295 +394,3 @@ def _to_ticks(seconds: np.ndarray, time_unit: float) -> np.ndarray:
     if ticks.size and not (np.all(np.isfinite(ticks)) and float(ticks.max()) <= MAX_HORIZON_TICKS):
         raise PlacementError(f"a time of {float(np.nanmax(seconds)):.3g} s is beyond 2**50 ticks of {time_unit:g} s")
     return ticks.astype(np.int64)
-
-
-def _round_unit_up(raw: float) -> float:
-    """The smallest 1/2/5 x 10^k value at least ``raw`` (a tick that reads well in reports)."""
-    exp = math.floor(math.log10(raw))
-    for mant in (1.0, 2.0, 5.0, 10.0):
-        unit = float(f"{mant * 10.0**exp:.6g}")
-        if unit >= raw:
-            return unit
-    return float(f"{10.0 ** (exp + 1):.6g}")
-
-
-def _auto_time_unit(total_seconds: float) -> float:
-    if not total_seconds > 0:
-        return 1e-6
-    raw = total_seconds / TARGET_TOTAL_TICKS
-    if raw < 1e-300:
-        # Subnormal work (5e-324 s): its log10 and 10**exp underflow; such times are all but zero.
-        return 1e-300
-    exp = math.floor(math.log10(raw))
-    for mant in (5.0, 2.0, 1.0):
-        unit = mant * 10.0**exp
-        if unit <= raw * (1 + 1e-12):
-            return float(f"{unit:.6g}")
-    return float(f"{10.0**exp:.6g}")
-
-
-def _twin_candidates(attrs, lat: np.ndarray, bw: np.ndarray):
-    """Device pairs (a, b) that may be swappable, from an O(D^2) hash of the link matrices.
-
-    For a matrix M and device a let g(a) = sum_{k != a} f(k, M[a, k]), with f(k, x) a random
-    64-bit hash of position k and value x. If a and b are swappable (equal rows and columns off
-    {a, b}, M[a, b] == M[b, a] == x) then g(a) + f(a, x) == g(b) + f(b, x): the key
-    H[a, b] = g(a) + f(a, M[a, b]) (and the same over columns, for both matrices, plus the
-    device's kind, speed and memory) equals H[b, a]. So every swappable pair has H == H.T; the
-    converse holds up to hash collisions, which the caller's exact check removes.
-    """
-    D = lat.shape[0]
-    rng = np.random.default_rng(0x5EED)  # fixed: the grouping must not depend on the run
-    pos = rng.integers(1, 2**63, size=D, dtype=np.uint64) | np.uint64(1)
-    off = ~np.eye(D, dtype=bool)
-    key = np.zeros((D, D), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for m in (lat, bw):
-            vals = np.where(off, m + 0.0, 0.0)  # + 0.0 folds -0.0 into 0.0; the diagonal is ignored
-            hv = _mix(vals.view(np.uint64))
-            for mat in (hv, hv.T):  # rows, then columns
-                f = mat * pos[None, :]  # f(k, M[a, k]) for row a, column k
-                g = np.where(off, f, np.uint64(0)).sum(axis=1, dtype=np.uint64)
-                h = g[:, None] + mat * pos[:, None]  # g(a) + f(a, M[a, b]) at [a, b]
-                key = _mix(key * np.uint64(0x9E3779B97F4A7C15) + h)
-            key = _mix(key + hv)  # the pair's own value M[a, b] (equal to M[b, a] for twins)
-        device_hash = np.array([int.from_bytes(hashlib.blake2b(repr(a).encode(), digest_size=8).digest(), "little") for a in attrs], dtype=np.uint64)
-        key = _mix(key + device_hash[:, None])
-    a_idx, b_idx = np.nonzero(np.triu(key == key.T, k=1))
-    return zip(a_idx.tolist(), b_idx.tolist())
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def _swappable(devices, lat, bw, a, b) -> bool:
-    da, db = devices[a], devices[b]
-    if (da.kind, da.speed, da.memory) != (db.kind, db.speed, db.memory):
-        return False
-    others = np.ones(len(devices), dtype=bool)
-    others[[a, b]] = False
-    for m in (lat, bw):
-        if m[a, b] != m[b, a]:
-            return False
-        if not (np.array_equal(m[a, others], m[b, others]) and np.array_equal(m[others, a], m[others, b])):
-            return False
-    return True
-
-
-# ---------------------------------------------------------------------- answers and windows
-
-
-@dataclass(frozen=True, eq=False)
-class Placement:
-    """A device per node and the order each device runs its nodes in; optionally start times.
-
-    The common answer of the list schedulers, the CP-SAT model, the simulator and the RL policy.
-
-    Parameters
-    ----------
-    device : array-like of int [n]
-        Device index of each node.
-    order : sequence of sequences of int
-        For each device, its nodes in execution order; together a partition of the nodes that
-        agrees with ``device``.
-    start : array-like of int [n], optional
-        Start tick of each node, when the producer planned them.
-    method : str
-        Who produced it (``"heft"``, ``"cpsat"`` ...), for reports.
-
-    Raises
-    ------
-    PlacementError
-        If ``order`` does not partition the nodes consistently with ``device``.
-    """
-
-    device: np.ndarray
-    order: tuple[tuple[int, ...], ...]
-    start: np.ndarray | None = None
-    method: str = ""
-
-    def __post_init__(self):
-        device = np.asarray(self.device, dtype=np.int64).reshape(-1).copy()
-        device.setflags(write=False)
-        order = tuple(tuple(int(v) for v in seq) for seq in self.order)
-        n, D = len(device), len(order)
-        if n and (device.min() < 0 or device.max() >= D):
-            v = int(np.flatnonzero((device < 0) | (device >= D))[0])
-            raise PlacementError(f"node {v} is placed on device {int(device[v])}, but the order lists {D} devices")
-        seen = np.full(n, -1, dtype=np.int64)
-        for d, seq in enumerate(order):
-            for v in seq:
-                if not 0 <= v < n:
-                    raise PlacementError(f"device {d}'s order lists node {v}, not a node index (0..{n - 1})")
-                if seen[v] >= 0:
-                    raise PlacementError(f"node {v} appears twice in the device orders (devices {int(seen[v])} and {d})")
-                if device[v] != d:
-                    raise PlacementError(f"node {v} is ordered on device {d} but placed on device {int(device[v])}")
-                seen[v] = d
-        missing = np.flatnonzero(seen < 0)
-        if missing.size:
-            raise PlacementError(f"node {int(missing[0])} is in no device's order ({missing.size} nodes missing)")
-        start = self.start
-        if start is not None:
-            start = np.asarray(start, dtype=np.int64).reshape(-1).copy()
-            if start.shape != (n,):
-                raise PlacementError(f"start has {start.size} entries for {n} nodes")
-            start.setflags(write=False)
-        object.__setattr__(self, "device", device)
-        object.__setattr__(self, "order", order)
-        object.__setattr__(self, "start", start)
-
-    @property
-    def n_devices(self) -> int:
-        return len(self.order)
-
-    @classmethod
-    def from_assignment(
-        cls,
-        device: Sequence[int] | np.ndarray,
-        n_devices: int,
-        *,
-        start: Sequence[int] | np.ndarray | None = None,
-        priority: Sequence[int] | np.ndarray | None = None,
-        method: str = "",
-    ) -> Placement:
-        """Build the per-device orders from an assignment.
-
-        Nodes are ordered by ``start`` when given, else by ``priority`` (e.g. a topological
-        position), else by index; remaining ties by index.
-        """
-        device = np.asarray(device, dtype=np.int64).reshape(-1)
-        n = len(device)
-        key = np.arange(n) if priority is None else np.asarray(priority)
-        if start is not None:
-            ranks = np.lexsort((np.arange(n), key, np.asarray(start)))
-        else:
-            ranks = np.lexsort((np.arange(n), key))
-        order: list[list[int]] = [[] for _ in range(n_devices)]
-        for v in ranks.tolist():
-            if not 0 <= device[v] < n_devices:
-                raise PlacementError(f"node {v} is placed on device {int(device[v])}, not one of 0..{n_devices - 1}")
-            order[device[v]].append(v)
-        return cls(device, tuple(tuple(o) for o in order), start=start, method=method)
-
-    def relabel(self, mapping: Sequence[int]) -> Placement:
-        """The same schedule with device d renamed ``mapping[d]`` (a permutation)."""
-        mapping = np.asarray(mapping, dtype=np.int64)
-        if sorted(mapping.tolist()) != list(range(self.n_devices)):
-            raise PlacementError(f"device relabelling {mapping.tolist()} is not a permutation of 0..{self.n_devices - 1}")
-        order: list[tuple[int, ...]] = [()] * self.n_devices
-        for d, seq in enumerate(self.order):
-            order[int(mapping[d])] = seq
-        return Placement(mapping[self.device], tuple(order), start=self.start, method=self.method)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": PLACEMENT_FORMAT,
-            "version": VERSION,
-            "method": self.method,
-            "device": self.device.tolist(),
-            "order": [list(seq) for seq in self.order],
-            "start": None if self.start is None else self.start.tolist(),
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, *, source: str = "placement") -> Placement:
-        if not isinstance(data, dict) or data.get("format") != PLACEMENT_FORMAT:
-            raise FormatError(f"{source}: not an incsched placement (expected format {PLACEMENT_FORMAT!r})")
-        if data.get("version") != VERSION:
-            raise FormatError(f"{source}: placement version {data.get('version')!r} is not supported (expected {VERSION})")
-        for key in ("device", "order"):
-            if key not in data:
-                raise FormatError(f"{source}: missing field {key!r}")
-        return cls(data["device"], data["order"], start=data.get("start"), method=data.get("method", ""))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Placement):
-            return NotImplemented
-        return self.to_json() == other.to_json()
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-@dataclass(frozen=True, eq=False)
-class PlacementWindow:
-    """The relaxation's restriction of a placement: allowed devices and start ranges per node.
-
-    Parameters
-    ----------
-    allowed : bool array-like [n, D], optional
-        ``allowed[v, d]``: node v may run on device d. ``None`` allows every device.
-    start_lo, start_hi : int array-like [n], optional
-        Inclusive start-tick range per node; ``None`` for unbounded.
-
-    Raises
-    ------
-    PlacementError
-        On wrong shapes, or a node with an empty start range.
-    """
-
-    allowed: np.ndarray | None = None
-    start_lo: np.ndarray | None = None
-    start_hi: np.ndarray | None = None
-
-    def __post_init__(self):
-        if self.allowed is not None:
-            a = np.asarray(self.allowed, dtype=bool)
-            if a.ndim != 2:
-                raise PlacementError(f"window: allowed must be an [n, D] boolean array, got shape {a.shape}")
-            a = a.copy()
-            a.setflags(write=False)
-            object.__setattr__(self, "allowed", a)
-        for key in ("start_lo", "start_hi"):
-            v = getattr(self, key)
-            if v is not None:
-                arr = np.asarray(v, dtype=np.int64).reshape(-1).copy()
-                arr.setflags(write=False)
-                object.__setattr__(self, key, arr)
-        if self.start_lo is not None and self.start_hi is not None:
-            if self.start_lo.shape != self.start_hi.shape:
-                raise PlacementError("window: start_lo and start_hi have different lengths")
-            bad = np.flatnonzero(self.start_lo > self.start_hi)
-            if bad.size:
-                v = int(bad[0])
-                raise PlacementError(
-                    f"window: node {v} has an empty start range [{int(self.start_lo[v])}, {int(self.start_hi[v])}]"
-                )
-
-    @classmethod
-    def from_devices(cls, devices: Sequence[Sequence[int]], n_devices: int, **ranges) -> PlacementWindow:
-        """A window from per-node lists of allowed device indices."""
-        allowed = np.zeros((len(devices), n_devices), dtype=bool)
-        for v, ds in enumerate(devices):
-            allowed[v, list(ds)] = True
-        return cls(allowed, **ranges)
-
-    def check(self, problem: PlacementProblem) -> None:
-        """Raise `PlacementError` if the window's shapes do not fit ``problem``."""
-        n, D = problem.n_nodes, problem.n_devices
-        if self.allowed is not None and self.allowed.shape != (n, D):
-            raise PlacementError(f"window: allowed is {self.allowed.shape}, problem has ({n}, {D})")
-        for key in ("start_lo", "start_hi"):
-            v = getattr(self, key)
-            if v is not None and v.shape != (n,):
-                raise PlacementError(f"window: {key} has {v.size} entries for {n} nodes")
-
-    def contains(self, problem: PlacementProblem, device: np.ndarray, start: np.ndarray | None = None) -> bool:
-        """Whether an assignment (and start ticks, when given) lies inside the window."""
-        self.check(problem)
-        device = np.asarray(device, dtype=np.int64)
-        if self.allowed is not None and not np.all(self.allowed[np.arange(problem.n_nodes), device]):
-            return False
-        if start is not None:
-            start = np.asarray(start, dtype=np.int64)
-            if self.start_lo is not None and np.any(start < self.start_lo):
-                return False
-            if self.start_hi is not None and np.any(start > self.start_hi):
-                return False
-        return True

@@ -5,10 +5,11 @@ CP-SAT and MILP back ends and the evaluator all read a `StageProblem`, never loo
 
 Integer units. Bytes are already integers. Compute times (seconds) are scaled once, here, to
 integer *ticks* of ``time_unit`` seconds: a node's ticks on stage k are
-``round(time_v / stage_speed[k] / time_unit)``. Unless given, ``time_unit`` is the largest power of
-ten at which the whole graph's compute time on the slowest stage is at least 10**6 ticks, so any one
-stage holds at most about 10**7 ticks and rounding moves a stage's time by under 10**-6 of the total
-per node. Every objective term is an integer in these units; the weighted objective is
+``round(time_v / stage_speed[k] / time_unit)``. Unless given, ``time_unit`` comes from the rule
+both problems share (`incsched.problems.units.auto_time_unit`): the coarsest 1/2/5 x 10^k seconds
+at which the whole graph's compute time on the slowest stage spans at least 10**6 ticks, so the
+graph holds under 2.5 x 10**6 ticks and rounding moves a stage's time by at most 5 x 10**-7 of the
+total per node. Every objective term is an integer in these units; the weighted objective is
 ``sum(weight * term)``.
 
 Infeasibility that can be seen before any solver runs (a node whose parameters exceed every
@@ -48,10 +49,12 @@ from typing import Any
 import numpy as np
 
 from ..cost_model import DEFAULT_KIND
-from ..errors import FormatError, IncschedError
+from ..errors import FormatError
 from ..formats.json_graph import graph_from_dict, graph_to_dict
 from ..graph import MAX_EXACT_FLOAT_INT, MAX_TOTAL_BYTES, CompGraph
 from ..jsonio import read_json, write_json
+from .errors import InfeasibleProblem, ProblemError
+from .units import FINEST_TIME_UNIT, MIN_WORK_TICKS, auto_time_unit
 
 __all__ = [
     "ObjectiveWeights",
@@ -71,9 +74,6 @@ VERSION = 1
 
 #: How an edge's communication is counted: its bytes, or one unit if it carries any data (peer form).
 COMM_MODES = ("bytes", "edges")
-
-#: Ticks the whole graph's compute time must at least span when ``time_unit`` is chosen automatically.
-_MIN_TOTAL_TICKS = 1e6
 
 #: Most decimal places a weight may have (1e-12 is fine, 1e-13 is refused): the exact integer
 #: scaling multiplies every weight by 10**d, which must leave room in CP-SAT's int64 objective.
@@ -105,18 +105,6 @@ def _decimal_weight(name: str, w) -> Fraction:
     if isinstance(w, (int, np.integer)):
         return Fraction(int(w))
     return Fraction(Decimal(repr(float(w))))
-
-
-class ProblemError(IncschedError, ValueError):
-    """A problem is malformed: a bad stage count, weight, capacity or speed."""
-
-
-class InfeasibleProblem(IncschedError):
-    """No assignment can satisfy the problem's hard constraints; ``reason`` says why and where."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-        super().__init__(reason)
 
 
 @dataclass(frozen=True)
@@ -311,22 +299,19 @@ class StageProblem:
     def _auto_time_unit(self) -> float:
         slowest = min(self.stage_speed) if self.stage_speed else 1.0
         total = float(self.graph.time(self.device_kind).sum()) / slowest
-        if total <= 0:
-            return 1e-6
         if not math.isfinite(total):
             raise ProblemError(
                 f"the compute times of graph {self.graph.name!r} add up to more than a float64 holds "
                 f"(on the slowest stage, speed {slowest:g}); they cannot be expressed in ticks"
             )
-        # log10 of the total itself, not of total / 1e6: the quotient underflows for subnormal totals.
-        unit = 10.0 ** (math.floor(math.log10(total)) - round(math.log10(_MIN_TOTAL_TICKS)))
-        if unit == 0.0:
+        unit = auto_time_unit(total, span_seconds=total, max_ticks=MAX_TOTAL_TICKS)
+        if 0 < total / unit < MIN_WORK_TICKS:
+            # The documented precision (at least 10**6 ticks) would need a tick below 1e-300 s.
             raise ProblemError(
                 f"the compute times of graph {self.graph.name!r} total {total:g} s, too small to express in ticks "
-                "(the tick would be below the smallest float64)"
+                f"(at least {MIN_WORK_TICKS:.0e} ticks would need a tick below {FINEST_TIME_UNIT:g} s)"
             )
-        # log10 rounds: a total a hair under a power of ten can land one decade too coarse.
-        return unit / 10.0 if total / unit < _MIN_TOTAL_TICKS and unit / 10.0 > 0 else unit
+        return unit
 
     # ------------------------------------------------------------------ constructors
 
