@@ -1,5 +1,6 @@
-"""Policy checkpoints: a round trip gives the same policy; corrupt, swapped, mismatched or
-incomplete files fail with a CheckpointError that names the file."""
+"""Policy checkpoints, one format for both policies: a round trip gives the same policy; corrupt,
+swapped, mismatched, incomplete or malformed files fail with a one-line CheckpointError that
+names the file."""
 
 from __future__ import annotations
 
@@ -10,14 +11,8 @@ import pytest
 import torch
 
 from incsched.generators.random_dag import respect_like
-from incsched.policy.checkpoint import (
-    CheckpointError,
-    default_stage_checkpoint,
-    load_checkpoint,
-    load_stage_policy,
-    save_stage_policy,
-)
-from incsched.policy.stage_policy import StagePolicy
+from incsched.policy.checkpoint import CheckpointError, load_checkpoint
+from incsched.policy.stage_policy import StagePolicy, default_stage_checkpoint, load_stage_policy, save_stage_policy
 from incsched.problems.stage import StageProblem
 
 torch.set_num_threads(1)
@@ -136,55 +131,88 @@ def test_stage_model_config_is_checked_before_building(saved, config, message):
         load_stage_policy(path)
 
 
-def _placement_blob(**changes):
-    from incsched.policy.placement_policy import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
+@pytest.fixture
+def placement_saved(tmp_path):
+    from incsched.policy.placement_policy import PlacementPolicy, PolicyConfig, save_placement_policy
 
-    blob = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "policy_config": {"hidden": 8, "n_layers": 1, "head_hidden": 8},
-            "state_dict": {"w": torch.zeros(2)}}
-    blob.update(changes)
-    return {k: v for k, v in blob.items() if v is not None}
+    torch.manual_seed(3)
+    path = tmp_path / "p.pt"
+    save_placement_policy(PlacementPolicy(PolicyConfig(hidden=8, n_layers=1, head_hidden=8)), path)
+    return path
+
+
+def _edit_meta(path, **changes):
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta.update(changes)
+    meta_path.write_text(json.dumps(meta))
+
+
+def _rewrite_weights(path, state):
+    """Replace the weights and record their hash, as a careless but honest tool would."""
+    import hashlib
+
+    torch.save(state, path)
+    _edit_meta(path, weights_sha256=hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"policy_config": None}, "the checkpoint has no 'policy_config'"),
-        ({"state_dict": None}, "the checkpoint has no 'state_dict'"),
-        ({"policy_config": {"hidden": "big"}}, "model config hidden = 'big'"),
-        ({"policy_config": {"hidden": 1 << 40}}, "sizes are whole numbers in 1..4096"),
-        ({"policy_config": ["hidden"]}, "must be an object of layer sizes"),
-        ({"state_dict": {"w": [1.0, 2.0]}}, "'state_dict' entry 'w' is not a named tensor"),
-        ({"state_dict": []}, "'state_dict' must be a non-empty dict of tensors"),
+        ({"model_config": {"hidden": "big"}}, "model config hidden = 'big'"),
+        ({"model_config": {"hidden": 1 << 40}}, "sizes are whole numbers in 1..4096"),
+        ({"model_config": ["hidden"]}, "must be an object of layer sizes"),
+        ({"model_config": {"hidden": 8, "n_layers": 1, "head_hidden": 8, "width": 3}}, "do not fit the recorded placement-policy architecture"),
         ({"version": True}, "version True is not supported"),
-        ({"format": "something"}, "not a placement policy checkpoint"),
+        ({"format": "incsched.placement_policy"}, "not a policy checkpoint's metadata"),
+        ({"features": {"sel_features": ["other"]}}, "another feature layout"),
     ],
 )
-def test_malformed_placement_checkpoint_is_a_checkpoint_error(tmp_path, changes, message):
-    from incsched.policy.checkpoint import load_placement_checkpoint
-    from incsched.policy.placement_policy import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
+def test_malformed_placement_metadata_is_a_one_line_checkpoint_error(placement_saved, changes, message):
+    from incsched.generators import ffnn
+    from incsched.policy.placement_policy import load_placement_policy, preschedule
+    from incsched.problems import PlacementProblem
 
-    path = tmp_path / "p.pt"
-    torch.save(_placement_blob(**changes), path)
+    _edit_meta(placement_saved, **changes)
+    problem = PlacementProblem.identical(ffnn(n_layers=2, tiles=2), 2)
+    for load in (load_placement_policy, lambda path: preschedule(problem, checkpoint=path)):  # the "rl" pre-scheduler too
+        with pytest.raises(CheckpointError, match=message) as err:
+            load(placement_saved)
+        assert str(placement_saved.with_suffix("")) in str(err.value) and "\n" not in str(err.value)  # the .pt or its .json
+
+
+@pytest.mark.parametrize(
+    "state, message",
+    [
+        ({"w": [1.0, 2.0]}, "state dict entry 'w' is not a named tensor"),
+        ({}, "does not hold a state dict of tensors"),
+        ([torch.zeros(2)], "does not hold a state dict of tensors"),
+        ({"w": torch.zeros(2)}, "do not fit the recorded placement-policy architecture"),
+    ],
+)
+def test_malformed_placement_weights_are_a_one_line_checkpoint_error(placement_saved, state, message):
+    from incsched.policy.placement_policy import load_placement_policy
+
+    _rewrite_weights(placement_saved, state)
     with pytest.raises(CheckpointError, match=message) as err:
-        load_placement_checkpoint(path, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION)
-    assert str(path) in str(err.value)
+        load_placement_policy(placement_saved)
+    assert str(placement_saved) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_shipped_placement_checkpoint_passes_the_checks():
-    from incsched.policy.checkpoint import load_placement_checkpoint
-    from incsched.policy.placement_policy import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, DEFAULT_CHECKPOINT
+    from incsched.policy.placement_policy import DEFAULT_CHECKPOINT
 
     if not DEFAULT_CHECKPOINT.exists():
         pytest.skip("no shipped placement policy")
-    config, state = load_placement_checkpoint(DEFAULT_CHECKPOINT, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION)
-    assert set(config) == {"hidden", "n_layers", "head_hidden"} and all(isinstance(v, torch.Tensor) for v in state.values())
+    state, meta = load_checkpoint(DEFAULT_CHECKPOINT, kind="placement")
+    assert set(meta["model_config"]) == {"hidden", "n_layers", "head_hidden"} and all(isinstance(v, torch.Tensor) for v in state.values())
 
 
-def test_finetune_refuses_a_malformed_checkpoint_in_one_line(tmp_path, capsys):
+def test_finetune_refuses_a_malformed_checkpoint_in_one_line(placement_saved, tmp_path, capsys):
     from incsched.cli import main
 
-    path = tmp_path / "p.pt"
-    torch.save(_placement_blob(policy_config={"hidden": "big"}), path)
+    path = placement_saved
+    _edit_meta(path, model_config={"hidden": "big"})
     assert main(["finetune", "--model", "resnet18", "--checkpoint", str(path), "--out", str(tmp_path / "o.pt")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [f"incsched: error: {path}: model config hidden = 'big'; sizes are whole numbers in 1..4096"]

@@ -19,7 +19,6 @@ from incsched.formats import load_graph
 from incsched.generators import chained_matmul, ffnn, transformer_block
 from incsched.generators.random_dag import icml24_like, layered_dag, respect_like
 from incsched.graph import CompGraph
-from incsched.policy.checkpoint import default_stage_checkpoint, load_stage_policy
 from incsched.policy.encoder import GraphEncoder
 from incsched.policy.features import (
     N_EDGE_FEATURES,
@@ -35,7 +34,7 @@ from incsched.policy.placement_policy import (
     PolicyConfig,
     load_placement_policy,
 )
-from incsched.policy.stage_policy import StagePolicy, graph_tensors
+from incsched.policy.stage_policy import StagePolicy, default_stage_checkpoint, graph_tensors, load_stage_policy
 from incsched.problems.placement import PlacementProblem
 from incsched.problems.stage import StageProblem
 
@@ -244,9 +243,8 @@ import sys
 import numpy as np
 from incsched.cli import main
 from incsched.generators import transformer_block
-from incsched.policy.checkpoint import load_stage_policy
 from incsched.policy.placement_policy import load_placement_policy, preschedule as place
-from incsched.policy.stage_policy import preschedule_sampled
+from incsched.policy.stage_policy import load_stage_policy, preschedule_sampled
 from incsched.problems.placement import PlacementProblem
 from incsched.problems.stage import StageProblem
 from incsched.solve import solve

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +29,8 @@ from incsched.policy.placement_policy import (
     save_placement_policy,
 )
 from incsched.policy.sampling import default_samples
-from incsched.problems.placement import Device, Links, PlacementProblem
+from incsched.policy.stage_policy import StagePolicy, save_stage_policy
+from incsched.problems import Device, Links, PlacementProblem
 
 torch.set_num_threads(1)
 
@@ -126,9 +129,12 @@ def test_checkpoint_round_trip(tmp_path):
     model = _policy(1)
     path = tmp_path / "m.pt"
     save_placement_policy(model, path, train_config={"seed": 1}, metrics=[{"epoch": 0}])
-    # The file must load with weights_only=True: only tensors, strings and numbers inside.
-    blob = torch.load(path, weights_only=True)
-    assert blob["policy_config"] == model.config.to_dict()
+    # The weights file must load with weights_only=True: a state dict of tensors and nothing else.
+    state = torch.load(path, weights_only=True)
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    meta = json.loads((tmp_path / "m.json").read_text())
+    assert meta["kind"] == "placement" and meta["model_config"] == model.config.to_dict()
+    assert meta["train_config"] == {"seed": 1} and meta["metrics"] == [{"epoch": 0}]
     loaded = load_placement_policy(path)
     assert loaded.preschedule(p) == model.preschedule(p)
     assert preschedule(p, checkpoint=path, samples=0) == model.preschedule(p)
@@ -137,16 +143,26 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_bad_checkpoints_raise_format_errors(tmp_path):
-    with pytest.raises(FormatError, match="no placement policy checkpoint"):
+    with pytest.raises(FormatError, match="does not exist"):
         load_placement_policy(tmp_path / "missing.pt")
-    bad = tmp_path / "bad.pt"
-    torch.save({"format": "something else"}, bad)
-    with pytest.raises(FormatError, match="not a placement policy checkpoint"):
-        load_placement_policy(bad)
-    junk = tmp_path / "junk.pt"
-    junk.write_bytes(b"not a zip")
-    with pytest.raises(FormatError, match="cannot read"):
-        load_placement_policy(junk)
+    path = tmp_path / "m.pt"
+    save_placement_policy(_policy(1), path)
+    stage = tmp_path / "stage.pt"
+    save_stage_policy(stage, StagePolicy(hidden=8, n_layers=1, decoder_hidden=8))
+    with pytest.raises(FormatError, match="holds a 'stage' policy, not a 'placement' policy"):
+        load_placement_policy(stage)
+    path.write_bytes(b"not a zip")
+    with pytest.raises(FormatError, match="corrupt or was replaced"):
+        load_placement_policy(path)
+
+
+@pytest.mark.skipif(not DEFAULT_CHECKPOINT.exists(), reason="no shipped placement checkpoint")
+def test_shipped_checkpoint_is_in_the_shared_format_with_its_training_record():
+    meta = json.loads(DEFAULT_CHECKPOINT.with_suffix(".json").read_text())
+    assert meta["format"] == "incsched.policy_checkpoint" and meta["kind"] == "placement"
+    assert meta["train_config"]["grad_clip"] == 1.0 and meta["metrics"]["selected_epoch"].startswith("reinforce")
+    assert {r["phase"] for r in meta["metrics"]["epochs"]} == {"imitation", "start", "reinforce"}
+    assert not load_placement_policy().training
 
 
 @pytest.mark.skipif(not DEFAULT_CHECKPOINT.exists(), reason="no shipped placement checkpoint")

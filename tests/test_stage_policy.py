@@ -13,9 +13,9 @@ from test_stage_problem import stage_instances
 from incsched.baselines.stage import contiguous_params
 from incsched.evaluate.stage import evaluate_stages
 from incsched.generators.random_dag import layered_dag, respect_like
-from incsched.policy.checkpoint import default_stage_checkpoint
 from incsched.policy.stage_policy import (
     StagePolicy,
+    default_stage_checkpoint,
     depth_first_order,
     graph_tensors,
     preschedule,

@@ -65,25 +65,27 @@ def test_teacher_is_no_worse_than_either_list_scheduler():
 
 
 def test_training_is_reproducible_and_logs_every_epoch():
-    m1, rows1 = train_placement_policy(TINY)
-    m2, rows2 = train_placement_policy(TINY)
+    m1, metrics1 = train_placement_policy(TINY)
+    m2, metrics2 = train_placement_policy(TINY)
     for (k, a), (_, b) in zip(m1.state_dict().items(), m2.state_dict().items()):
         assert torch.equal(a, b), k
 
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
 
-    assert strip(rows1) == strip(rows2)
-    stages = [r["stage"] for r in rows1]
-    assert stages.count("imitation") == TINY.imitation_epochs
-    assert stages.count("rl") == TINY.rl_epochs
+    rows1 = metrics1["epochs"]
+    assert strip(rows1) == strip(metrics2["epochs"])
+    phases = [r["phase"] for r in rows1]
+    assert phases.count("imitation") == TINY.imitation_epochs
+    assert phases.count("reinforce") == TINY.rl_epochs
     assert all(np.isfinite(r["loss"]) for r in rows1 if "loss" in r)
+    assert metrics1["labels"]["n"] == TINY.imitation_graphs and metrics1["selected_epoch"] and metrics1["seconds"] > 0
 
 
 def test_imitation_lowers_its_loss():
     cfg = PlacementTrainConfig(**{**TINY.__dict__, "imitation_epochs": 12, "rl_epochs": 0})
-    _, rows = train_placement_policy(cfg)
-    losses = [r["loss"] for r in rows if r["stage"] == "imitation"]
+    _, metrics = train_placement_policy(cfg)
+    losses = [r["loss"] for r in metrics["epochs"] if r["phase"] == "imitation"]
     assert losses[-1] < losses[0]
 
 
@@ -98,3 +100,13 @@ def test_reward_hook_replaces_the_simulator():
     train_placement_policy(cfg, reward_fn=measured)
     # Per graph: the greedy baseline plus every sample.
     assert len(calls) == cfg.rl_graphs_per_epoch * (1 + cfg.rl_samples)
+
+
+def test_updates_clip_gradients_from_the_config():
+    # A clip of zero zeroes every gradient (Adam then moves nothing): as if no epoch had run.
+    base = {**TINY.__dict__, "imitation_epochs": 0}
+    untrained, _ = train_placement_policy(PlacementTrainConfig(**{**base, "rl_epochs": 0}))
+    clipped, metrics = train_placement_policy(PlacementTrainConfig(**{**base, "rl_epochs": 1, "grad_clip": 0.0}))
+    for x, y in zip(untrained.state_dict().values(), clipped.state_dict().values()):
+        assert torch.equal(x, y)
+    assert [r["phase"] for r in metrics["epochs"]] == ["start", "reinforce"]

@@ -70,3 +70,14 @@ def test_config_round_trip_and_generated_problems_are_seeded():
     assert not any(p.graph.meta.get("model") for p in a)
     with pytest.raises(TypeError):
         StageTrainConfig.from_json({"no_such_field": 1})
+
+
+def test_reinforce_clips_gradients_from_the_config(tiny_run):
+    # A clip of zero zeroes every gradient, so a REINFORCE epoch leaves the imitation weights as they were.
+    problems, _ = tiny_run
+    base = {**TINY.to_json(), "imitation_epochs": 1}
+    runs = [train_stage_policy(StageTrainConfig.from_json({**base, **change}), problems=problems, labels=heuristic_labels(problems))
+            for change in ({"rl_epochs": 0}, {"rl_epochs": 1, "grad_clip": 0.0})]
+    for x, y in zip(runs[0][0].state_dict().values(), runs[1][0].state_dict().values()):
+        assert torch.equal(x, y)
+    assert {r["phase"] for r in runs[1][1]["epochs"]} == {"imitation", "reinforce"}

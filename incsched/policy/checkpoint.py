@@ -1,10 +1,11 @@
-"""Trained policy weights on disk: a ``.pt`` of tensors plus a ``.json`` of what made them.
+"""Trained policy weights on disk, one format for every policy: a ``.pt`` of tensors plus a ``.json``.
 
 Training writes, pre-schedulers read. The weights file holds only a state dict (loaded with
 ``torch.load(weights_only=True)``, so a checkpoint cannot run code); the JSON beside it carries the
-format version, the model's constructor arguments, the feature layout it was trained on, the
-training config and metrics, and the SHA-256 of the weights file. Loading checks every one of these
-and raises `CheckpointError` naming the file and what is wrong.
+format version, the policy's kind, its constructor arguments, the feature layout it was trained
+on, the training config and metrics, and the SHA-256 of the weights file. Each policy module
+registers its kind once (`register_policy`: how to build it, its layout, its shipped file);
+loading checks every field and raises `CheckpointError`, one line naming the file and the problem.
 """
 
 from __future__ import annotations
@@ -12,74 +13,108 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import IncschedError
+from ..errors import FormatError
 from ..jsonio import atomic_write_bytes, read_json, write_json
-from .features import EDGE_FEATURES, N_OP_BUCKETS, NODE_FEATURES
 
 __all__ = [
     "CheckpointError",
+    "PolicyKind",
+    "register_policy",
     "save_checkpoint",
     "load_checkpoint",
-    "save_stage_policy",
-    "load_stage_policy",
-    "default_stage_checkpoint",
+    "load_policy",
     "check_model_config",
     "load_placement_checkpoint",
+    "MODELS_DIR",
 ]
 
 #: Largest layer size or layer count a checkpoint may ask for: a file that asks for more is
-#: malformed (the shipped policies use 32 and 3), and building it would exhaust memory first.
+#: malformed (the shipped policies use 32 and 2-3), and building it would exhaust memory first.
 MAX_MODEL_SIZE = 4096
 
 FORMAT = "incsched.policy_checkpoint"
 VERSION = 1
 
+#: Where the shipped checkpoints live (``data/models`` in the repository).
+MODELS_DIR = Path(__file__).resolve().parents[2] / "data" / "models"
 
-class CheckpointError(IncschedError):
+
+class CheckpointError(FormatError):
     """A policy checkpoint is missing, corrupt, or does not match this version of the code."""
 
 
-def default_stage_checkpoint() -> Path:
-    """Path of the shipped stage policy, ``data/models/stage_policy.pt`` in the repository."""
-    return Path(__file__).resolve().parents[2] / "data" / "models" / "stage_policy.pt"
+@dataclass(frozen=True)
+class PolicyKind:
+    """What a policy module registers: its name, how to build it, what it reads, its shipped file.
+
+    Attributes
+    ----------
+    kind : str
+        ``"stage"`` or ``"placement"``; recorded in every checkpoint and checked on load.
+    build : callable
+        ``build(model_config, conv) -> torch.nn.Module``: an untrained policy of that architecture.
+    layout : dict
+        The feature layout (names of every input column) the weights are trained on; a checkpoint
+        trained on another layout is refused.
+    default_path : pathlib.Path
+        The shipped checkpoint.
+    """
+
+    kind: str
+    build: Callable[[dict[str, int], str], torch.nn.Module]
+    layout: dict[str, Any]
+    default_path: Path
+
+
+_KINDS: dict[str, PolicyKind] = {}
+
+
+def register_policy(kind: PolicyKind) -> PolicyKind:
+    """Make ``kind`` known to `save_checkpoint`, `load_checkpoint` and `load_policy`; returns it."""
+    _KINDS[kind.kind] = kind
+    return kind
+
+
+def _registered(kind: str) -> PolicyKind:
+    if kind not in _KINDS:
+        raise CheckpointError(f"no policy of kind {kind!r} is registered (known: {sorted(_KINDS)})")
+    return _KINDS[kind]
 
 
 def _meta_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
-def feature_layout() -> dict[str, Any]:
-    """The feature layout a checkpoint must have been trained on to be usable here."""
-    from .stage_policy import STATE_FEATURES
-
-    return {
-        "node_features": list(NODE_FEATURES),
-        "n_op_buckets": N_OP_BUCKETS,
-        "edge_features": list(EDGE_FEATURES),
-        "state_features": list(STATE_FEATURES),
-    }
+def _one_line(exc: BaseException) -> str:
+    # torch's messages span lines (load_state_dict lists every key); an error here is one line.
+    return " ".join(str(exc).split())[:300]
 
 
-def save_checkpoint(path: str | os.PathLike, model: torch.nn.Module, *, kind: str, model_config: dict[str, Any],
-                    train_config: dict[str, Any] | None = None, metrics: Any = None) -> Path:
-    """Write ``model``'s weights to ``path`` and its metadata to the ``.json`` beside it.
+def save_checkpoint(path: str | os.PathLike, state_dict: dict[str, torch.Tensor], *, kind: str, model_config: dict[str, int],
+                    train_config: Any = None, metrics: Any = None, torch_version: str | None = None) -> Path:
+    """Write ``state_dict`` to ``path`` and its metadata to the ``.json`` beside it.
 
     Parameters
     ----------
     path : path-like
         The ``.pt`` file; the metadata goes to the same name with ``.json``.
-    model : torch.nn.Module
+    state_dict : dict of str to Tensor
+        A policy's ``state_dict()``.
     kind : str
-        Which policy this is (``"stage"``), checked on load.
+        A registered policy kind (`register_policy`); its feature layout is recorded.
     model_config : dict
-        Keyword arguments that rebuild the model's architecture.
+        Keyword arguments that rebuild the policy's architecture (checked like on load).
     train_config, metrics : optional
         JSON-serialisable training config and metrics, stored for provenance.
+    torch_version : str, optional
+        The torch that trained the weights; default the running one.
 
     Returns
     -------
@@ -87,21 +122,25 @@ def save_checkpoint(path: str | os.PathLike, model: torch.nn.Module, *, kind: st
         The metadata file.
     """
     path = Path(path)
+    spec = _registered(kind)
+    check_model_config(model_config, path)
     buf = io.BytesIO()
-    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, buf)
+    # Clones: a view would save its whole underlying storage.
+    torch.save({k: v.detach().clone() for k, v in state_dict.items()}, buf)
     data = buf.getvalue()
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, data)
     meta = {
         "format": FORMAT,
         "version": VERSION,
         "kind": kind,
-        "model_config": model_config,
-        "features": feature_layout(),
+        "model_config": dict(model_config),
+        "features": spec.layout,
         "weights_sha256": hashlib.sha256(data).hexdigest(),
         "weights_file": path.name,
         "train_config": train_config,
         "metrics": metrics,
-        "torch": torch.__version__,
+        "torch": torch_version or torch.__version__,
     }
     write_json(_meta_path(path), meta)
     return _meta_path(path)
@@ -115,41 +154,43 @@ def load_checkpoint(path: str | os.PathLike, *, kind: str) -> tuple[dict[str, to
     path : path-like
         The ``.pt`` file (its ``.json`` must sit beside it).
     kind : str
-        The policy kind expected.
+        The registered policy kind expected.
 
     Returns
     -------
     state_dict : dict of str to Tensor
     meta : dict
-        The metadata (model config, training config, metrics ...).
+        The metadata (model config, training config, metrics ...); its model config is checked.
 
     Raises
     ------
     CheckpointError
         Missing file or metadata, wrong format / version / kind, a feature layout other than this
-        code's, a weights file whose hash differs from the recorded one (corrupt or swapped), or
-        one that ``torch.load(weights_only=True)`` rejects.
+        code's, a model config that is not ``{name: size}``, a weights file whose hash differs from
+        the recorded one (corrupt or swapped), or one that ``torch.load(weights_only=True)``
+        rejects or that holds anything but named tensors.
     """
     path = Path(path)
+    spec = _registered(kind)
     meta_path = _meta_path(path)
-    if not path.exists():
+    if not path.is_file():
         raise CheckpointError(f"policy checkpoint {path} does not exist")
-    if not meta_path.exists():
+    if not meta_path.is_file():
         raise CheckpointError(f"policy checkpoint {path} has no metadata file {meta_path.name} beside it")
     try:
         meta = read_json(meta_path)
     except Exception as exc:  # noqa: BLE001 - any unreadable metadata is the same error to the caller
-        raise CheckpointError(f"policy checkpoint metadata {meta_path} is unreadable: {exc}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{meta_path} is not a policy checkpoint's metadata (format {meta.get('format') if isinstance(meta, dict) else None!r})")
-    if meta.get("version") != VERSION:
+        raise CheckpointError(f"policy checkpoint metadata {meta_path} is unreadable: {_one_line(exc)}") from None
+    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+    if found != FORMAT:
+        raise CheckpointError(f"{meta_path} is not a policy checkpoint's metadata (format {found!r}, expected {FORMAT!r})")
+    if type(meta.get("version")) is not int or meta["version"] != VERSION:  # noqa: E721 - True == 1 must not pass
         raise CheckpointError(f"{meta_path}: checkpoint version {meta.get('version')!r} is not supported (expected {VERSION})")
     if meta.get("kind") != kind:
         raise CheckpointError(f"{path} holds a {meta.get('kind')!r} policy, not a {kind!r} policy")
-    if meta.get("features") != feature_layout():
-        raise CheckpointError(
-            f"{path} was trained on another feature layout than this code computes; retrain it (incsched train)"
-        )
+    if meta.get("features") != spec.layout:
+        raise CheckpointError(f"{path} was trained on another feature layout than this code computes; retrain it (incsched train)")
+    check_model_config(meta.get("model_config"), path)
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != meta.get("weights_sha256"):
@@ -158,47 +199,44 @@ def load_checkpoint(path: str | os.PathLike, *, kind: str) -> tuple[dict[str, to
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises several types for a bad file
-        raise CheckpointError(f"{path} cannot be loaded as weights: {exc}") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a state dict of tensors")
+        raise CheckpointError(f"{path} cannot be loaded as weights: {_one_line(exc)}") from None
+    if not isinstance(state, dict) or not state:
+        raise CheckpointError(f"{path} does not hold a state dict of tensors (found {type(state).__name__})")
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{path}: state dict entry {key!r} is not a named tensor ({type(value).__name__})")
     return state, meta
 
 
-def save_stage_policy(path: str | os.PathLike, policy, *, train_config: dict | None = None, metrics: Any = None) -> Path:
-    """Save a `StagePolicy` (see `save_checkpoint`); returns the metadata path."""
-    return save_checkpoint(path, policy, kind="stage", model_config=policy.config, train_config=train_config, metrics=metrics)
-
-
-def load_stage_policy(path: str | os.PathLike | None = None, *, conv: str = "plain"):
-    """Load a `StagePolicy` in eval mode, with its metadata.
+def load_policy(path: str | os.PathLike | None, *, kind: str, conv: str = "plain") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Load a registered policy in eval mode, with its metadata.
 
     Parameters
     ----------
-    path : path-like, optional
-        Default `default_stage_checkpoint`.
+    path : path-like or None
+        The ``.pt`` file; None loads the kind's shipped checkpoint.
+    kind : str
     conv : {"plain", "torch_geometric"}
         The encoder's ``GINEConv`` implementation (`GraphEncoder`); the default runs without
         importing torch_geometric.
 
     Returns
     -------
-    (StagePolicy, dict)
+    (torch.nn.Module, dict)
 
     Raises
     ------
     CheckpointError
         See `load_checkpoint`; also when the weights do not fit the recorded architecture.
     """
-    from .stage_policy import StagePolicy
-
-    path = Path(path) if path is not None else default_stage_checkpoint()
-    state, meta = load_checkpoint(path, kind="stage")
-    check_model_config(meta.get("model_config"), path)
+    spec = _registered(kind)
+    path = Path(path) if path is not None else spec.default_path
+    state, meta = load_checkpoint(path, kind=kind)
     try:
-        policy = StagePolicy(**meta["model_config"], conv=conv)
+        policy = spec.build(meta["model_config"], conv)
         policy.load_state_dict(state, strict=True)
-    except (TypeError, RuntimeError, KeyError) as exc:
-        raise CheckpointError(f"{path}: the weights do not fit the recorded stage-policy architecture: {exc}") from None
+    except (TypeError, RuntimeError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"{path}: the weights do not fit the recorded {kind}-policy architecture: {_one_line(exc)}") from None
     policy.eval()
     return policy, meta
 
@@ -224,48 +262,18 @@ def check_model_config(config: Any, path: str | os.PathLike) -> dict[str, int]:
     return config
 
 
-def load_placement_checkpoint(path: str | os.PathLike, *, format: str, version: int) -> tuple[dict[str, int], dict[str, torch.Tensor]]:
-    """Read a placement-policy weights file (one ``torch.save``'d dict) and check its structure.
+def load_placement_checkpoint(path: str | os.PathLike, *, format: str = FORMAT, version: int = VERSION) -> tuple[dict[str, int], dict[str, torch.Tensor]]:
+    """The verified model config and weights of a placement checkpoint (`load_checkpoint`), no model built.
 
-    The file is loaded with ``torch.load(weights_only=True)``, so it cannot run code; then every
-    field it must hold is checked, so that a safe but malformed file (a missing or misspelt
-    field, a config of strings, a state dict holding lists) is a `CheckpointError` naming the file
-    and the field, never a KeyError or TypeError from deeper in.
-
-    Parameters
-    ----------
-    path : path-like
-    format, version
-        The ``format`` string and ``version`` the file must carry.
-
-    Returns
-    -------
-    policy_config : dict of str to int
-    state_dict : dict of str to Tensor
+    Kept for ``incsched finetune``'s early check (incsched/cli.py), which passes the placement
+    policy's ``CHECKPOINT_FORMAT`` / ``CHECKPOINT_VERSION``: since both policies share this format,
+    `load_policy` makes the same checks, and this goes when that caller does.
 
     Raises
     ------
     CheckpointError
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no placement policy checkpoint there")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises several unrelated types for a bad file
-        raise CheckpointError(f"{path}: cannot read the placement policy checkpoint ({' '.join(str(exc).split())[:200]})") from None
-    if not isinstance(blob, dict) or blob.get("format") != format:
-        raise CheckpointError(f"{path}: not a placement policy checkpoint (expected format {format!r})")
-    if type(blob.get("version")) is not int or blob["version"] != version:  # noqa: E721 - True == 1 must not pass
-        raise CheckpointError(f"{path}: placement policy checkpoint version {blob.get('version')!r} is not supported (expected {version})")
-    for key in ("policy_config", "state_dict"):
-        if key not in blob:
-            raise CheckpointError(f"{path}: the checkpoint has no {key!r}")
-    config = check_model_config(blob["policy_config"], path)
-    state = blob["state_dict"]
-    if not isinstance(state, dict) or not state:
-        raise CheckpointError(f"{path}: 'state_dict' must be a non-empty dict of tensors")
-    for key, value in state.items():
-        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise CheckpointError(f"{path}: 'state_dict' entry {key!r} is not a named tensor ({type(value).__name__})")
-    return config, state
+    if (format, version) != (FORMAT, VERSION):
+        raise CheckpointError(f"{path}: only checkpoint format {FORMAT!r} version {VERSION} is read, not {format!r} {version!r}")
+    state, meta = load_checkpoint(path, kind="placement")
+    return meta["model_config"], state

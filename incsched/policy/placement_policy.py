@@ -9,7 +9,6 @@ yields a device and an order per device that `simulate(..., "ordered")` executes
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 from dataclasses import asdict, dataclass, field
@@ -21,11 +20,19 @@ import torch
 from torch import nn
 
 from ..baselines.placement import mean_costs
-from ..errors import FormatError
-from ..jsonio import atomic_write_bytes, write_json
-from ..problems.placement import Placement, PlacementError, PlacementProblem
+from ..problems import Placement, PlacementError, PlacementProblem
+from .checkpoint import FORMAT, MODELS_DIR, VERSION, PolicyKind, load_policy, register_policy, save_checkpoint
 from .encoder import GraphEncoder
-from .features import N_EDGE_FEATURES, N_NODE_FEATURES, edge_features, edge_index, node_features
+from .features import (
+    EDGE_FEATURES,
+    N_EDGE_FEATURES,
+    N_NODE_FEATURES,
+    N_OP_BUCKETS,
+    NODE_FEATURES,
+    edge_features,
+    edge_index,
+    node_features,
+)
 from .sampling import default_samples
 
 __all__ = [
@@ -267,11 +274,6 @@ class Trajectory:
     node: list[int] = field(default_factory=list)
     plc_features: list[np.ndarray] = field(default_factory=list)
     plc_action: list[int] = field(default_factory=list)
-
-
-def _slog(a):
-    # Signed log compression: differences of ticks span orders of magnitude across graphs.
-    return np.sign(a) * np.log1p(np.abs(a))
 
 
 def decode(
@@ -646,81 +648,57 @@ def _choose(logits: np.ndarray, greedy: bool, rng, temperature: float) -> int:
 
 # ---------------------------------------------------------------------- checkpoints and the pre-scheduler
 
-CHECKPOINT_FORMAT = "incsched.placement_policy"
-CHECKPOINT_VERSION = 1
+#: The placement policy's entry in the checkpoint format: the layout of every input it reads.
+CHECKPOINT = register_policy(PolicyKind(
+    kind="placement",
+    build=lambda config, conv: PlacementPolicy(PolicyConfig(**config), conv=conv),
+    layout={
+        "node_features": list(NODE_FEATURES),
+        "n_op_buckets": N_OP_BUCKETS,
+        "placement_node_features": list(PLACEMENT_NODE_FEATURES),
+        "edge_features": list(EDGE_FEATURES),
+        "sel_features": list(SEL_FEATURES),
+        "plc_features": list(PLC_FEATURES),
+    },
+    default_path=MODELS_DIR / "placement_policy.pt",
+))
 #: The shipped checkpoint (trained by ``python -m incsched.train.placement``).
-DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "models" / "placement_policy.pt"
-def save_placement_policy(model: PlacementPolicy, path, *, train_config: dict | None = None, metrics: list | None = None) -> None:
-    """Write the weights (``path``) and a JSON sidecar (``path`` with ``.json``) with config and metrics.
+DEFAULT_CHECKPOINT = CHECKPOINT.default_path
+#: The checkpoint format both policies share (`incsched.policy.checkpoint`), under the names
+#: incsched/cli.py's early check imports.
+CHECKPOINT_FORMAT, CHECKPOINT_VERSION = FORMAT, VERSION
 
-    The weights file holds only tensors, strings and numbers, so `load_placement_policy` can
-    read it with ``torch.load(weights_only=True)``.
+
+def save_placement_policy(model: PlacementPolicy, path, *, train_config: dict | None = None, metrics=None) -> Path:
+    """Save a `PlacementPolicy` (`incsched.policy.checkpoint.save_checkpoint`); returns the metadata path.
 
     Parameters
     ----------
     model : PlacementPolicy
     path : str or PathLike
+        The weights file; the metadata goes beside it as ``.json``.
     train_config : dict, optional
         The training run's configuration (``PlacementTrainConfig.to_dict()``).
-    metrics : list of dict, optional
-        Per-epoch metrics of that run.
+    metrics : optional
+        That run's metrics (`incsched.train.metrics`).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    blob = {
-        "format": CHECKPOINT_FORMAT,
-        "version": CHECKPOINT_VERSION,
-        "policy_config": model.config.to_dict(),
-        "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
-    }
-    buf = io.BytesIO()
-    torch.save(blob, buf)
-    atomic_write_bytes(path, buf.getvalue())
-    write_json(
-        path.with_suffix(".json"),
-        {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "policy_config": model.config.to_dict(),
-            "sel_features": list(SEL_FEATURES),
-            "plc_features": list(PLC_FEATURES),
-            "node_features": N_PLACEMENT_FEATURES,
-            "train_config": train_config,
-            "metrics": metrics,
-            "torch": torch.__version__,
-        },
-    )
+    return save_checkpoint(path, model.state_dict(), kind="placement", model_config=model.config.to_dict(),
+                           train_config=train_config, metrics=metrics)
 
 
 def load_placement_policy(path=None, *, conv: str = "plain") -> PlacementPolicy:
-    """Read a checkpoint written by `save_placement_policy` (default: the shipped one).
+    """Read a checkpoint written by `save_placement_policy` (default: the shipped one), in eval mode.
 
     ``conv`` picks the encoder's ``GINEConv`` implementation (`GraphEncoder`); the default
     ``"plain"`` runs without importing torch_geometric.
 
     Raises
     ------
-    FormatError
-        The file is missing, not a placement-policy checkpoint, or of another version.
+    CheckpointError
+        See `incsched.policy.checkpoint.load_policy`: missing, corrupt, of another format, version
+        or feature layout, or weights that do not fit the recorded architecture.
     """
-    path = Path(DEFAULT_CHECKPOINT if path is None else path)
-    if not path.exists():
-        raise FormatError(f"{path}: no placement policy checkpoint there (train one with `python -m incsched.train.placement`)")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several unrelated types for a bad file
-        raise FormatError(f"{path}: cannot read the placement policy checkpoint ({exc})") from None
-    if not isinstance(blob, dict) or blob.get("format") != CHECKPOINT_FORMAT:
-        raise FormatError(f"{path}: not a placement policy checkpoint (expected format {CHECKPOINT_FORMAT!r})")
-    if blob.get("version") != CHECKPOINT_VERSION:
-        raise FormatError(f"{path}: placement policy checkpoint version {blob.get('version')!r} is not supported")
-    model = PlacementPolicy(PolicyConfig(**blob["policy_config"]), conv=conv)
-    try:
-        model.load_state_dict(blob["state_dict"])
-    except RuntimeError as exc:
-        raise FormatError(f"{path}: weights do not fit the placement policy ({exc})") from None
-    model.eval()
-    return model
+    return load_policy(path, kind="placement", conv=conv)[0]
 
 
 @lru_cache(maxsize=4)
@@ -758,8 +736,8 @@ def preschedule(
 
     Raises
     ------
-    FormatError
-        If the checkpoint cannot be read.
+    CheckpointError
+        If the checkpoint cannot be read (one line naming the file and the problem).
     """
     model = _cached_policy(str(Path(DEFAULT_CHECKPOINT if checkpoint is None else checkpoint).resolve()))
     k = default_samples(problem.n_nodes) if samples is None else int(samples)

@@ -27,17 +27,22 @@ better, and says so.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from ..baselines.stage import best_split_of_order, contiguous_params
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
+from .checkpoint import MODELS_DIR, PolicyKind, load_policy, register_policy, save_checkpoint
 from .encoder import GraphEncoder
-from .features import edge_features, edge_index, node_features
+from .features import EDGE_FEATURES, N_OP_BUCKETS, NODE_FEATURES, edge_features, edge_index, node_features
 from .sampling import default_samples
 
 __all__ = [
@@ -54,6 +59,9 @@ __all__ = [
     "default_samples",
     "recut_along_order",
     "depth_first_order",
+    "save_stage_policy",
+    "load_stage_policy",
+    "default_stage_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -443,8 +451,6 @@ def recut_along_order(problem: StageProblem, stages: np.ndarray) -> np.ndarray:
     numpy.ndarray
         Stages, never worse than ``stages`` under the problem's objective.
     """
-    from ..baselines.stage import best_split_of_order
-
     g = problem.graph
     if problem.n_stages == 1 or g.n_nodes == 0:
         return np.asarray(stages, dtype=np.int64)
@@ -463,14 +469,62 @@ def recut_along_order(problem: StageProblem, stages: np.ndarray) -> np.ndarray:
     return best
 
 
+# ---------------------------------------------------------------------- checkpoints
+
+#: The stage policy's entry in the checkpoint format: the layout of every input it reads.
+CHECKPOINT = register_policy(PolicyKind(
+    kind="stage",
+    build=lambda config, conv: StagePolicy(**config, conv=conv),
+    layout={
+        "node_features": list(NODE_FEATURES),
+        "n_op_buckets": N_OP_BUCKETS,
+        "edge_features": list(EDGE_FEATURES),
+        "state_features": list(STATE_FEATURES),
+    },
+    default_path=MODELS_DIR / "stage_policy.pt",
+))
+
+
+def default_stage_checkpoint() -> Path:
+    """Path of the shipped stage policy, ``data/models/stage_policy.pt`` in the repository."""
+    return CHECKPOINT.default_path
+
+
+def save_stage_policy(path: str | os.PathLike, policy: StagePolicy, *, train_config: dict | None = None, metrics: Any = None) -> Path:
+    """Save a `StagePolicy` (`incsched.policy.checkpoint.save_checkpoint`); returns the metadata path."""
+    return save_checkpoint(path, policy.state_dict(), kind="stage", model_config=policy.config, train_config=train_config,
+                           metrics=metrics)
+
+
+def load_stage_policy(path: str | os.PathLike | None = None, *, conv: str = "plain") -> tuple[StagePolicy, dict]:
+    """Load a `StagePolicy` in eval mode, with its metadata (default: the shipped one).
+
+    Parameters
+    ----------
+    path : path-like, optional
+        Default `default_stage_checkpoint`.
+    conv : {"plain", "torch_geometric"}
+        The encoder's ``GINEConv`` implementation (`GraphEncoder`); the default runs without
+        importing torch_geometric.
+
+    Returns
+    -------
+    (StagePolicy, dict)
+
+    Raises
+    ------
+    CheckpointError
+        See `incsched.policy.checkpoint.load_policy`.
+    """
+    return load_policy(path, kind="stage", conv=conv)
+
+
 _DEFAULT: dict[str, StagePolicy] = {}
 
 
 def _default_policy() -> StagePolicy:
     if "stage" not in _DEFAULT:
-        from .checkpoint import default_stage_checkpoint, load_stage_policy
-
-        _DEFAULT["stage"] = load_stage_policy(default_stage_checkpoint())[0]
+        _DEFAULT["stage"] = load_stage_policy()[0]
     return _DEFAULT["stage"]
 
 
@@ -587,8 +641,6 @@ def preschedule_with_fallback(problem: StageProblem, seed: int = 0, policy: Stag
     numpy.ndarray
         One stage per node, never worse than `incsched.baselines.stage.contiguous_params`.
     """
-    from ..baselines.stage import contiguous_params
-
     candidates = [preschedule(problem, seed, policy), contiguous_params(problem, seed)]
     return min(candidates, key=lambda s: _rank(problem, s))
 

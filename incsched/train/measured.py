@@ -20,7 +20,8 @@ import torch
 
 from ..evaluate.simulate import simulate
 from ..policy.placement_policy import PlacementPolicy
-from ..problems.placement import Links, Placement, PlacementProblem
+from ..problems import Links, Placement, PlacementProblem
+from .metrics import epoch_row, log_row
 from .placement import PlacementTrainConfig, reinforce_step
 
 __all__ = ["FinetuneConfig", "MeasuredMakespan", "finetune_on_measured"]
@@ -112,7 +113,8 @@ def finetune_on_measured(
     -------
     (PlacementPolicy, list of dict)
         The policy with the weights whose greedy placement measured fastest, and one metrics row
-        per epoch (epoch -1: the starting weights): measured and predicted greedy makespan (s),
+        per epoch in `incsched.train.metrics`' vocabulary (phase ``"start"``, epoch -1: the starting
+        weights; then ``"finetune"``): measured and predicted greedy makespan (s),
         the best sampled placement's gain over greedy, distinct placements measured so far.
     """
     from ..execute import device_problem
@@ -129,9 +131,10 @@ def finetune_on_measured(
 
     def greedy_row(epoch: int, t0: float, **extra) -> dict[str, Any]:
         placement = learner.preschedule(problem)
-        return {"epoch": epoch, "greedy_measured_s": cost(problem, placement),
-                "greedy_predicted_s": float(simulate(problem, placement, "ordered").makespan_seconds),
-                **extra, "placements_measured": len(cost.measured), "seconds": time.perf_counter() - t0}
+        measured = cost(problem, placement)
+        return epoch_row("start" if epoch < 0 else "finetune", epoch, time.perf_counter() - t0, greedy_measured_s=measured,
+                         greedy_predicted_s=float(simulate(problem, placement, "ordered").makespan_seconds),
+                         **extra, placements_measured=len(cost.measured))
 
     metrics = [greedy_row(-1, time.perf_counter())]
     best, best_state = metrics[0]["greedy_measured_s"], {k: v.detach().clone() for k, v in learner.state_dict().items()}
@@ -139,7 +142,7 @@ def finetune_on_measured(
         t0 = time.perf_counter()
         step = reinforce_step(learner, opt, problem, cost, rng, step_config)
         metrics.append(greedy_row(epoch, t0, best_sample_gain=step["best_sample_gain"], loss=step["loss"]))
-        log.info("fine-tune epoch %d: %s", epoch, metrics[-1])
+        log_row(log, "fine-tune on measured runtimes", metrics[-1])
         if metrics[-1]["greedy_measured_s"] < best:
             best = metrics[-1]["greedy_measured_s"]
             best_state = {k: v.detach().clone() for k, v in learner.state_dict().items()}

@@ -20,8 +20,9 @@ from ..baselines.placement import critical_path_list, heft
 from ..evaluate.simulate import simulate
 from ..generators import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block
 from ..graph import CompGraph
-from ..problems.placement import Placement, PlacementProblem
-from ..policy.placement_policy import PlacementPolicy, PolicyConfig, Trajectory, decode
+from ..problems import Placement, PlacementProblem
+from ..policy.placement_policy import PlacementPolicy, PolicyConfig, Trajectory, decode, placement_inputs
+from .metrics import epoch_row, log_row
 
 __all__ = [
     "PlacementTrainConfig",
@@ -186,7 +187,8 @@ def teacher_schedule(problem: PlacementProblem, time_limit: float, seed: int = 0
         The simulated schedule (``ordered``) and who produced it.
     """
     from solvers import SolverSettings
-    from solvers.cpsat.placement import solve_placement
+
+    from ..inc_ilp.placement import solve_cpsat
 
     best, who = None, ""
     for name, fn in (("critical_path_list", critical_path_list), ("heft", heft)):
@@ -195,7 +197,7 @@ def teacher_schedule(problem: PlacementProblem, time_limit: float, seed: int = 0
             best, who = s, name
     if time_limit > 0:
         # A generous wall cap: a label cut short by a loaded machine would make the weights depend on load.
-        out = solve_placement(problem, SolverSettings(time_limit=time_limit, seed=seed, wall_cap_s=600.0), hint=best.to_placement())
+        out = solve_cpsat(problem, SolverSettings(time_limit=time_limit, seed=seed, wall_cap_s=600.0), hint=best.to_placement())
         if out.assignment is not None:
             s = simulate(problem, Placement(out.assignment, out.info["order"], start=out.start), "ordered")
             if s.makespan < best.makespan:
@@ -284,9 +286,11 @@ def train_placement_policy(
 
     Returns
     -------
-    (PlacementPolicy, list of dict)
-        The trained policy and one metrics row per epoch (``stage``, ``epoch``, losses, mean
-        makespan ratios to the critical-path list scheduler, seconds).
+    (PlacementPolicy, dict)
+        The trained policy and its metrics in `incsched.train.metrics`' vocabulary: ``"epochs"``
+        (one row per epoch: phase, epoch, loss, mean greedy makespan over the critical-path list
+        scheduler's on training graphs ``train_ratio_to_cpl`` and validation graphs
+        ``val_ratio_to_cpl``, seconds), ``"labels"``, ``"selected_epoch"``, ``"seconds"``.
     """
     t_run = time.perf_counter()
     torch.manual_seed(config.seed)
@@ -296,7 +300,7 @@ def train_placement_policy(
         model = PlacementPolicy(config.policy, conv="torch_geometric")
     elif model.encoder.conv != "torch_geometric":
         model = model.with_conv("torch_geometric")
-    metrics: list[dict] = []
+    metrics: dict = {"epochs": []}
     validation = training_problems(np.random.default_rng([config.seed, 1]), config.validation_graphs, config.rl_ops, config)
 
     # Stage 1: teacher-forced trajectories are fixed, so imitation is plain supervised learning.
@@ -309,9 +313,10 @@ def train_placement_policy(
             sources[who] = sources.get(who, 0) + 1
             traj = decode(problem, None, teacher=(sched.start, sched.device), record=True)
             cpl = simulate(problem, critical_path_list(problem), "ordered").makespan
-            data.append((problem, _inputs(problem), _pack(traj), traj.makespan / cpl))
+            data.append((problem, placement_inputs(problem), _pack(traj), traj.makespan / cpl))
         log.info("imitation labels: %s in %.1fs", sources, time.perf_counter() - t0)
-        metrics.append({"stage": "labels", "epoch": 0, "sources": sources, "teacher_vs_cpl": float(np.mean([d[3] for d in data])), "seconds": time.perf_counter() - t0})
+        metrics["labels"] = {"n": len(data), "sources": sources, "mean_label_over_cpl": float(np.mean([d[3] for d in data])),
+                             "seconds": time.perf_counter() - t0}
         opt = torch.optim.Adam(model.parameters(), lr=config.imitation_lr)
         for epoch in range(config.imitation_epochs):
             t0 = time.perf_counter()
@@ -326,16 +331,17 @@ def train_placement_policy(
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
                 opt.step()
                 total += float(loss.detach())
-            row = {"stage": "imitation", "epoch": epoch, "loss": total / len(data), "seconds": time.perf_counter() - t0}
+            measures = {"loss": total / len(data)}
             if epoch % 10 == 9 or epoch == config.imitation_epochs - 1:
-                row["greedy_vs_cpl"] = _evaluate(model, [d[0] for d in data[:8]])
-            metrics.append(row)
-            log.info("imitation epoch %d: %s", epoch, row)
+                measures["train_ratio_to_cpl"] = _evaluate(model, [d[0] for d in data[:8]])
+            metrics["epochs"].append(row := epoch_row("imitation", epoch, time.perf_counter() - t0, **measures))
+            log_row(log, "train placement policy", row)
 
     # Stage 2: REINFORCE, advantage = relative improvement of a sample over the greedy decoding.
+    t0 = time.perf_counter()
     best_val = _evaluate(model, validation) if validation else None
-    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    metrics.append({"stage": "validation", "epoch": -1, "greedy_vs_cpl": best_val})
+    best_state, best_epoch = {k: v.detach().clone() for k, v in model.state_dict().items()}, "start"
+    metrics["epochs"].append(epoch_row("start", -1, time.perf_counter() - t0, val_ratio_to_cpl=best_val))
     if config.rl_epochs > 0:
         opt = torch.optim.Adam(model.parameters(), lr=config.rl_lr)
         cost = reward_fn or (lambda p, pl: float(simulate(p, pl, "ordered").makespan))
@@ -351,24 +357,19 @@ def train_placement_policy(
                 ratios.append(step["greedy_cost"] / simulate(problem, critical_path_list(problem), "ordered").makespan)
                 gains.append(step["best_sample_gain"])
                 losses.append(step["loss"])
-            row = {
-                "stage": "rl",
-                "epoch": epoch,
-                "loss": float(np.mean(losses)),
-                "greedy_vs_cpl": float(np.mean(ratios)),
-                "best_sample_gain": float(np.mean(gains)),
-                "seconds": time.perf_counter() - t0,
-            }
+            measures = {"loss": float(np.mean(losses)), "train_ratio_to_cpl": float(np.mean(ratios)),
+                        "best_sample_gain": float(np.mean(gains))}
             if validation:
-                row["validation_vs_cpl"] = _evaluate(model, validation)
-                if row["validation_vs_cpl"] < best_val:
-                    best_val = row["validation_vs_cpl"]
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            metrics.append(row)
-            log.info("rl epoch %d: %s", epoch, row)
+                measures["val_ratio_to_cpl"] = _evaluate(model, validation)
+                if measures["val_ratio_to_cpl"] < best_val:
+                    best_val = measures["val_ratio_to_cpl"]
+                    best_state, best_epoch = {k: v.detach().clone() for k, v in model.state_dict().items()}, f"reinforce {epoch}"
+            metrics["epochs"].append(row := epoch_row("reinforce", epoch, time.perf_counter() - t0, **measures))
+            log_row(log, "train placement policy", row)
         # Policy gradients are noisy: ship the epoch that decoded the validation graphs best.
         model.load_state_dict(best_state)
-        metrics.append({"stage": "selected", "epoch": -1, "validation_vs_cpl": best_val})
+        metrics["selected_epoch"] = best_epoch
+    metrics["seconds"] = time.perf_counter() - t_run
     return model, metrics
 
 
@@ -390,7 +391,7 @@ def reinforce_step(model: PlacementPolicy, opt: torch.optim.Optimizer, problem: 
         for _ in range(config.rl_samples)
     ]
     adv = np.array([(base - cost(problem, s.placement)) / base for s in samples])
-    parts = model.node_parts(*_inputs(problem))
+    parts = model.node_parts(*placement_inputs(problem))
     loss = 0.0
     for s, a in zip(samples, adv):
         lp, ent = trajectory_log_probs(model, parts, _pack(s), config.rl_temperature)
@@ -401,12 +402,6 @@ def reinforce_step(model: PlacementPolicy, opt: torch.optim.Optimizer, problem: 
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
     opt.step()
     return {"greedy_cost": float(base), "best_sample_gain": float(adv.max()), "loss": float(loss.detach())}
-
-
-def _inputs(problem: PlacementProblem):
-    from ..policy.placement_policy import placement_inputs
-
-    return placement_inputs(problem)
 
 
 def _evaluate(model: PlacementPolicy, problems) -> float:
@@ -439,11 +434,9 @@ def main(argv=None) -> None:
     if args.seed is not None:
         data["seed"] = args.seed
     config = PlacementTrainConfig.from_dict(data)
-    t0 = time.perf_counter()
     model, metrics = train_placement_policy(config)
-    metrics.append({"stage": "total", "epoch": -1, "seconds": time.perf_counter() - t0})
     save_placement_policy(model, args.out, train_config=config.to_dict(), metrics=metrics)
-    log.info("wrote %s after %.0fs", args.out, time.perf_counter() - t0)
+    log.info("wrote %s after %.0fs (selected %s)", args.out, metrics["seconds"], metrics.get("selected_epoch"))
 
 
 if __name__ == "__main__":

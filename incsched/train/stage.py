@@ -26,6 +26,7 @@ from ..evaluate.stage import evaluate_stages
 from ..generators.random_dag import icml24_like, layered_dag, respect_like
 from ..jsonio import read_json, write_json
 from ..problems.stage import StageProblem
+from .metrics import epoch_row, log_row
 
 __all__ = ["StageTrainConfig", "training_problems", "exact_labels", "train_stage_policy"]
 
@@ -71,6 +72,7 @@ class StageTrainConfig:
     rl_lr: float = 5e-4
     entropy_weight: float = 1e-3
     rl_imitation_weight: float = 1.0
+    grad_clip: float = 1.0  # gradient-norm clip of the REINFORCE updates (imitation is not clipped)
     threads: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -319,8 +321,9 @@ def train_stage_policy(
     policy : StagePolicy
         In eval mode.
     metrics : dict
-        ``"epochs"``: one dict per epoch (phase, epoch, loss, validation ratios, seconds);
-        ``"labels"``: label statistics; ``"seconds"``: total wall time.
+        In `incsched.train.metrics`' vocabulary: ``"epochs"``, one row per epoch (phase, epoch,
+        loss, validation ratios, seconds); ``"labels"``: label statistics; ``"selected_epoch"``;
+        ``"seconds"``: total wall time.
     """
     import torch
 
@@ -358,7 +361,7 @@ def train_stage_policy(
         if best["key"] is None or key < best["key"]:
             best.update(key=key, state={k: v.detach().clone() for k, v in policy.state_dict().items()},
                         epoch=f"{row['phase']} {row['epoch']}")
-        log.info("train stage policy: %s", " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        log_row(log, "train stage policy", row)
 
     # Stage 1: imitation. Teacher forcing: the running state along the label's own trajectory.
     label_states = [trajectory_states(ex.gt, ex.label, ex.problem.graph.src, ex.problem.graph.dst) for ex in train]
@@ -377,8 +380,7 @@ def train_stage_policy(
             opt.step()
             losses.append(float(loss.detach()))
         policy.eval()
-        log_epoch({"phase": "imitation", "epoch": epoch, "loss": float(np.mean(losses)), **_validate(policy, val),
-                   "seconds": time.perf_counter() - t0})
+        log_epoch(epoch_row("imitation", epoch, time.perf_counter() - t0, loss=float(np.mean(losses)), **_validate(policy, val)))
 
     # Stage 2: REINFORCE with the greedy decode's reward as baseline (reward = -objective / label
     # objective), plus self-imitation: a sample better than a graph's label becomes its label.
@@ -415,13 +417,12 @@ def train_stage_policy(
             loss = pg + config.rl_imitation_weight * imitation - config.entropy_weight * entropy
             opt.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
             opt.step()
             losses.append(float(loss.detach()))
         policy.eval()
-        row = {"phase": "reinforce", "epoch": epoch, "loss": float(np.mean(losses)), "best_sample_gain": float(np.mean(gains)),
-               "relabelled": relabelled, **_validate(policy, val), "seconds": time.perf_counter() - t0}
-        log_epoch(row)
+        log_epoch(epoch_row("reinforce", epoch, time.perf_counter() - t0, loss=float(np.mean(losses)),
+                            best_sample_gain=float(np.mean(gains)), relabelled=relabelled, **_validate(policy, val)))
 
     if best["key"] is not None:
         policy.load_state_dict(best["state"])
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from ..policy.checkpoint import save_stage_policy
+    from ..policy.stage_policy import save_stage_policy
 
     ap = argparse.ArgumentParser(description="train the stage policy")
     ap.add_argument("--out", required=True, help="checkpoint path (.pt; metadata goes beside it as .json)")
