@@ -37,9 +37,14 @@ from incsched.baselines.stage import best_baseline, contiguous_params  # noqa: E
 from incsched.evaluate.stage import evaluate_stages  # noqa: E402
 from incsched.formats import load_graph  # noqa: E402
 from incsched.generators.random_dag import icml24_like, layered_dag, respect_like  # noqa: E402
-from incsched.policy.checkpoint import default_stage_checkpoint, load_stage_policy  # noqa: E402
 from incsched.policy.sampling import MIN_SAMPLES, default_samples  # noqa: E402
-from incsched.policy.stage_policy import graph_tensors, preschedule, preschedule_sampled  # noqa: E402
+from incsched.policy.stage_policy import (  # noqa: E402
+    default_stage_checkpoint,
+    graph_tensors,
+    load_stage_policy,
+    preschedule,
+    preschedule_sampled,
+)
 from incsched.problems.stage import StageProblem  # noqa: E402
 from solvers import SolverSettings  # noqa: E402
 from solvers.cpsat.stage import solve_stage  # noqa: E402
@@ -167,8 +172,7 @@ def cold_start_seconds(checkpoint: str) -> tuple[float, float]:
         "import time; t0 = time.perf_counter()\n"
         "import torch; torch.set_num_threads(1)\n"
         "from incsched.generators.random_dag import icml24_like\n"
-        "from incsched.policy.checkpoint import load_stage_policy\n"
-        "from incsched.policy.stage_policy import preschedule_sampled\n"
+        "from incsched.policy.stage_policy import load_stage_policy, preschedule_sampled\n"
         "from incsched.problems.stage import StageProblem\n"
         f"policy, _ = load_stage_policy({checkpoint!r})\n"
         "p = StageProblem.peer(icml24_like(1000, seed=1), n_stages=8)\n"
