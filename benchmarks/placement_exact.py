@@ -26,10 +26,10 @@ from incsched.baselines.placement import critical_path_list, heft
 from incsched.baselines.placement_local import local_search
 from incsched.evaluate.simulate import simulate
 from incsched.generators import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block
+from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import Placement, PlacementProblem
 from incsched.solve import solve
 from solvers import SolverSettings
-from solvers.cpsat.placement import solve_placement
 
 GRAPHS = {
     "transformer_block": lambda: transformer_block(),
@@ -76,7 +76,7 @@ def run_graph(name: str, problem: PlacementProblem, args, methods) -> list[dict]
             rows[-1]["bound_source"] = r.bound_source
         else:
             settings = SolverSettings(time_limit=args.time_limit, deterministic=args.workers == 0, workers=max(args.workers, 1))
-            out = solve_placement(problem, settings)
+            out = solve_cpsat(problem, settings)
             if out.assignment is None:
                 rows.append({"graph": name, "ops": problem.n_nodes, "method": method, "status": out.status})
                 continue

@@ -13,7 +13,7 @@ optimum proven segment by segment:
   restricting a schedule to a segment and shifting it gives a schedule of the segment's problem,
   and edges that skip a cut node (residual inputs) only add constraints. So
   ``optimum >= sum(segment lower bounds) - (segments with an entry)``.
-* Each segment's lower bound is the largest makespan ``solvers.cpsat.placement.segment_proof_bound``
+* Each segment's lower bound is the largest makespan ``solvers.cpsat.placement_segments.segment_proof_bound``
   refutes: CP-SAT proves the strengthened decision model (`segment_decision`) infeasible for
   every makespan below it, for the exit on the entry's device and elsewhere. Segments of one or two
   nodes are chains solved exactly. Identical segments (repeated blocks) are proven once.
@@ -38,13 +38,15 @@ import time
 from dataclasses import replace
 
 from incsched.baselines.placement import critical_path_list
-from incsched.baselines.placement_local import compose, local_search, segments, subproblem
+from incsched.baselines.placement_local import local_search
 from incsched.evaluate.simulate import simulate
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
-from incsched.problems.placement import Placement, PlacementProblem
+from incsched.inc_ilp.placement import solve_cpsat
+from incsched.problems.decompose import compose, segments, subproblem
+from incsched.problems import Placement, PlacementProblem
 from incsched.solve import solve
 from solvers import SolverSettings
-from solvers.cpsat.placement import segment_bound, segment_proof_bound, solve_placement
+from solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
 
 GRAPHS = {
     "transformer_block": lambda: transformer_block(),
@@ -71,7 +73,7 @@ def prove_segments(problem: PlacementProblem, args, cache: dict) -> dict:
             if len(nodes) <= 2:
                 pl, lo, probes, relaxed = hint, simulate(sub, hint, "ordered").makespan, [], None
             else:
-                out = solve_placement(sub, replace(settings, time_limit=args.segment_seconds), hint=hint)
+                out = solve_cpsat(sub, replace(settings, time_limit=args.segment_seconds), hint=hint)
                 pl = hint
                 if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:
                     pl = Placement(out.assignment, tuple(tuple(o) for o in out.info["order"]), start=out.start)

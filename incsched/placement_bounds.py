@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .problems.decompose import segments, subproblem
 from .problems.placement import PlacementProblem
 
 __all__ = [
@@ -384,8 +385,6 @@ def segment_sum_bound(problem: PlacementProblem, inner=None) -> int:
     constrain more), so that span is at least the segment's optimum minus one tick; the spans of
     consecutive segments add up to at most the makespan.
     """
-    from .baselines.placement_local import segments, subproblem
-
     parts = segments(problem)
     if len(parts) <= 1:
         return 0
@@ -501,8 +500,6 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
 
     from solvers.cpsat.placement_bounds import window_bound
 
-    from .baselines.placement_local import segments as _segments
-
     started = time.perf_counter()
     deadline = started + settings.time_limit
     capped = [False]
@@ -521,7 +518,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
         memo[key] = max(int(wb), det["bound"])
         return memo[key]
 
-    n_parts = len(_segments(problem)) if problem.n_nodes else 1
+    n_parts = len(segments(problem)) if problem.n_nodes else 1
     share = settings.time_limit / (2 if n_parts > 1 else 1)
     families = {"combinatorial": placement_bound(problem)}
     if problem.n_nodes and problem.n_devices > 1:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from incsched.evaluate.simulate import simulate
 from incsched.graph import CompGraph
+from incsched.inc_ilp.placement import solve_cpsat
 from incsched.placement_bounds import (
     INF,
     anchored_heads,
@@ -25,7 +26,6 @@ from incsched.placement_bounds import (
 )
 from incsched.problems import Device, Links, Placement, PlacementProblem
 from solvers import SolverSettings
-from solvers.cpsat.placement import solve_placement
 
 EXACT = SolverSettings(time_limit=20.0, max_deterministic_time=10.0)
 
@@ -143,7 +143,7 @@ def test_energy_anchor_beats_plain_energy_on_a_wide_fork():
     plain = energy_bound(p, head, tail)
     anchored = energy_bound(p, head, tail, entry=0, exit_=7)
     assert anchored > plain
-    out = solve_placement(p, EXACT)
+    out = solve_cpsat(p, EXACT)
     assert out.status == "optimal"
     assert anchored <= out.objective
     assert_below(p, int(out.objective))
@@ -154,7 +154,7 @@ def test_segment_sum_adds_segments():
     edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (3, 5), (4, 6), (5, 6)]
     p = make_problem(7, edges, [1, 10, 10, 1, 10, 10, 1], [1000] * 6 + [0], D=2)
     assert segment_sum_bound(p) == 43  # (1 + 20 + 1) + (1 + 20 + 1) - 1 (the shared cut node, counted once)
-    out = solve_placement(p, EXACT)
+    out = solve_cpsat(p, EXACT)
     assert out.status == "optimal" and out.objective == 43
     assert placement_bound(p) == 43
 
@@ -180,7 +180,7 @@ def test_every_family_below_brute_force(p):
 @given(problems(max_nodes=8, max_devices=4, hetero=False))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_family_below_proven_optimum_identical(p):
-    out = solve_placement(p, EXACT)
+    out = solve_cpsat(p, EXACT)
     assume(out.status == "optimal")  # CP-SAT proved it in time (nearly always at this size)
     assert_below(p, int(out.objective))
 
@@ -188,7 +188,7 @@ def test_every_family_below_proven_optimum_identical(p):
 @given(problems(max_nodes=8, max_devices=3, hetero=True))
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_family_below_proven_optimum_heterogeneous(p):
-    out = solve_placement(p, EXACT)
+    out = solve_cpsat(p, EXACT)
     assume(out.status == "optimal")  # CP-SAT proved it in time (nearly always at this size)
     assert_below(p, int(out.objective))
 
@@ -284,7 +284,7 @@ def test_windows_see_that_sharing_is_transitive():
     p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
     comb = placement_bound(p)
     strong, info = placement_bound_cpsat(p, SolverSettings(time_limit=20.0))
-    out = solve_placement(p, SolverSettings(time_limit=60.0, max_deterministic_time=30.0))
+    out = solve_cpsat(p, SolverSettings(time_limit=60.0, max_deterministic_time=30.0))
     assert comb < strong <= out.objective
     if out.status == "optimal":
         assert strong <= out.objective

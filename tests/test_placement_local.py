@@ -1,4 +1,4 @@
-"""Tests of incsched.baselines.placement_local (local search, cut-node segments) and the segment bound it feeds."""
+"""Tests of incsched.baselines.placement_local (local search), incsched.problems.decompose (cut-node segments) and the segment models of solvers.cpsat.placement_segments."""
 
 from __future__ import annotations
 
@@ -10,22 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from incsched.baselines.placement import PLACEMENT_BASELINES, critical_path_list, heft
-from incsched.baselines.placement_local import (
-    compose,
-    cut_nodes,
-    decomposable,
-    local_search,
-    schedule_assignment,
-    segments,
-    subproblem,
-)
+from incsched.baselines.placement_local import local_search, schedule_assignment
 from incsched.evaluate.simulate import simulate
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.graph import CompGraph
+from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import Device, Links, PlacementProblem
+from incsched.problems.decompose import compose, cut_nodes, decomposable, segments, subproblem
 from incsched.solve import solve
 from solvers import SolverSettings
-from solvers.cpsat.placement import segment_bound, segment_decision, segment_proof_bound, solve_placement
+from solvers.cpsat.placement_segments import segment_bound, segment_decision, segment_proof_bound
 
 EXACT = SolverSettings(time_limit=10.0, max_deterministic_time=5.0)
 
@@ -130,13 +124,13 @@ def test_segment_bound_sees_that_splitting_a_fork_costs_transfers():
     p = problem_of(4, [(0, 1), (0, 2), (1, 3), (2, 3)], [1, 10, 10, 1], [1000, 1000, 1000, 0])
     assert p.lower_bound_ticks() == 12
     assert segment_bound(p, EXACT) == (22, False)
-    assert solve_placement(p, EXACT).objective == 22
+    assert solve_cpsat(p, EXACT).objective == 22
 
 
 @given(fork_joins(max_width=3, max_blocks=1))
 @settings(max_examples=20, deadline=None)
 def test_segment_bound_never_exceeds_the_optimum(p):
-    out = solve_placement(p, EXACT)
+    out = solve_cpsat(p, EXACT)
     assert out.status == "optimal"
     bound, _ = segment_bound(p, EXACT)
     assert p.lower_bound_ticks() <= bound <= out.objective
@@ -150,7 +144,7 @@ def test_segment_bound_never_exceeds_the_optimum(p):
 @settings(max_examples=15, deadline=None)
 def test_inc_ilp_segment_bound_is_valid_for_the_whole_graph(p):
     r = solve(p, "inc-ilp", time_limit=2.0)
-    out = solve_placement(p, EXACT)
+    out = solve_cpsat(p, EXACT)
     assert out.status == "optimal"
     assert r.lower_bound <= out.objective <= r.objective
     assert r.status != "optimal" or r.objective == out.objective
@@ -180,7 +174,7 @@ def test_inc_ilp_segment_phase_runs_the_decision_proofs():
 @given(fork_joins(max_width=3, max_blocks=1))
 @settings(max_examples=20, deadline=None)
 def test_segment_decision_refutes_only_what_is_below_the_optimum(p):
-    opt = solve_placement(p, EXACT)
+    opt = solve_cpsat(p, EXACT)
     assert opt.status == "optimal"
     assert segment_decision(p, int(opt.objective), EXACT) != "infeasible"
     assert segment_decision(p, int(opt.objective) - 1, EXACT) != "feasible"
@@ -190,7 +184,7 @@ def test_segment_decision_on_identical_branches_and_twins():
     # s -> two identical branches (a -> b) plus twin leaves c, c' -> t: symmetry breaking in use.
     p = problem_of(8, [(0, 1), (1, 2), (0, 3), (3, 4), (0, 5), (0, 6), (2, 7), (4, 7), (5, 7), (6, 7)],
                    [1, 6, 6, 6, 6, 3, 3, 1], [40, 40, 40, 40, 40, 20, 20, 0], D=3, bandwidth=10.0)
-    opt = int(solve_placement(p, EXACT).objective)
+    opt = int(solve_cpsat(p, EXACT).objective)
     assert segment_decision(p, opt, EXACT) == "feasible"
     assert segment_decision(p, opt - 1, EXACT) == "infeasible"
     bound, probes = segment_proof_bound(p, opt, EXACT)
@@ -203,7 +197,7 @@ def test_segment_proofs_say_when_the_wall_clock_cut_a_deterministic_run():
     # an undecided probe proves nothing beyond the bound it was given.
     p = problem_of(8, [(0, 1), (1, 2), (0, 3), (3, 4), (0, 5), (0, 6), (2, 7), (4, 7), (5, 7), (6, 7)],
                    [1, 6, 6, 6, 6, 3, 3, 1], [40, 40, 40, 40, 40, 20, 20, 0], D=3, bandwidth=10.0)
-    opt = int(solve_placement(p, EXACT).objective)
+    opt = int(solve_cpsat(p, EXACT).objective)
     bound, probes = segment_proof_bound(p, opt, replace(EXACT, wall_cap_s=1e-9))
     assert probes and all(pr["wall_capped"] for pr in probes)
     assert bound <= opt
@@ -220,7 +214,7 @@ def test_segment_proof_bound_beats_the_relaxation_on_a_transformer_mlp():
     i = segments(p).index(nodes)
     sub = subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ())
     relaxed, _ = segment_bound(sub, EXACT)
-    best = solve_placement(sub, EXACT)
+    best = solve_cpsat(sub, EXACT)
     bound, _ = segment_proof_bound(sub, int(best.objective), EXACT, lower=relaxed, probes=4)
     assert relaxed <= bound <= best.objective
 

@@ -7,10 +7,6 @@ moves a node on the current critical path (alone, or with the neighbours it exch
 to another device, re-list-schedules the fixed assignment, and keeps the move when the makespan
 falls; a seeded perturbation restarts it when no single move helps. Its answer is an ordinary
 `Placement` for the common ``preschedule(problem, seed)`` interface.
-
-`cut_nodes`, `segments`, `subproblem` and `compose` split a graph at the nodes that run alone
-(a transformer's norms, sums and residual adds) into segments that are solved one by one and glued
-back; `incsched.solve` uses them for inc-ilp's incumbent and for a bound that adds up per segment.
 """
 
 from __future__ import annotations
@@ -23,10 +19,10 @@ from typing import Callable
 import numpy as np
 
 from ..evaluate.simulate import simulate
-from ..problems.placement import Placement, PlacementProblem
+from ..problems import Placement, PlacementProblem
 from .list_scheduling import critical_path_list, heft
 
-__all__ = ["local_search", "schedule_assignment", "cut_nodes", "segments", "subproblem", "decomposable", "compose"]
+__all__ = ["local_search", "schedule_assignment"]
 
 log = logging.getLogger(__name__)
 
@@ -249,129 +245,3 @@ def _critical_nodes(res) -> list[int]:
         if cause[v] >= 0:
             stack.append(cause[v])
     return sorted(out)
-
-
-# ---------------------------------------------------------------------- decomposition at cut nodes
-
-
-def cut_nodes(problem: PlacementProblem) -> list[int]:
-    """Nodes that every other node precedes or follows (norms, sums, residual adds), in topological order.
-
-    Nothing can run beside such a node: all its ancestors end before it starts and all its
-    descendants start after it ends, so the schedule falls apart into independent segments.
-    """
-    g = problem.graph
-    n = g.n_nodes
-    topo = g.topological_order().tolist()
-    anc, desc = [0] * n, [0] * n
-    for v in topo:
-        for u in g.predecessors(v).tolist():
-            anc[v] |= anc[u] | (1 << u)
-    for v in reversed(topo):
-        for w in g.successors(v).tolist():
-            desc[v] |= desc[w] | (1 << w)
-    return [v for v in topo if anc[v].bit_count() + desc[v].bit_count() + 1 == n]
-
-
-def segments(problem: PlacementProblem) -> list[list[int]]:
-    """The node sets between consecutive cut nodes, each with its bounding cut nodes, in time order.
-
-    The first set ends at the first cut node (with all its ancestors), the last starts at the
-    last cut node; consecutive sets share their cut node. One set (every node) without cut nodes.
-    """
-    g = problem.graph
-    cuts = cut_nodes(problem)
-    if not cuts:
-        return [list(range(g.n_nodes))]
-    pos = np.empty(g.n_nodes, dtype=np.int64)
-    pos[g.topological_order()] = np.arange(g.n_nodes)
-    # Every node lies strictly between two consecutive cut nodes in any topological order.
-    cut_pos = [int(pos[c]) for c in cuts]
-    out: list[list[int]] = [[] for _ in range(len(cuts) + 1)]
-    for v in range(g.n_nodes):
-        i = bisect.bisect_left(cut_pos, int(pos[v]))
-        out[i].append(v)
-    parts = []
-    for i, nodes in enumerate(out):
-        nodes = list(nodes)
-        if i > 0:
-            nodes.append(cuts[i - 1])
-        if nodes and not (i == len(cuts) and nodes == [cuts[-1]]):
-            parts.append(sorted(set(nodes), key=lambda v: pos[v]))
-    return parts
-
-
-def subproblem(problem: PlacementProblem, nodes, *, instant: tuple[int, ...] = ()) -> PlacementProblem:
-    """The placement problem on ``nodes`` alone (same devices, links and ticks; edges leaving it dropped).
-
-    ``instant`` nodes get zero compute time (one tick): a segment's entry cut node, when only what
-    follows its end is to be bounded.
-    """
-    from ..graph import CompGraph
-
-    g = problem.graph
-    nodes = [int(v) for v in nodes]
-    idx = {v: i for i, v in enumerate(nodes)}
-    ks = [k for k in range(g.n_edges) if int(g.src[k]) in idx and int(g.dst[k]) in idx]
-    kinds = sorted({d.kind for d in problem.devices})
-    times = {}
-    for kind in kinds:
-        t = np.asarray(g.time(kind), dtype=np.float64)[nodes].copy()
-        t[[idx[v] for v in instant]] = 0.0
-        times[kind] = t
-    sg = CompGraph(
-        [g.names[v] for v in nodes],
-        [idx[int(g.src[k])] for k in ks],
-        [idx[int(g.dst[k])] for k in ks],
-        param_bytes=g.param_bytes[nodes],
-        out_bytes=g.out_bytes[nodes],
-        edge_bytes=g.edge_bytes[ks],
-        compute_time=times,
-        name=f"{g.name}[{g.names[nodes[0]]}..{g.names[nodes[-1]]}]",
-    )
-    return PlacementProblem(sg, problem.devices, problem.links, time_unit=problem.time_unit, name=sg.name)
-
-
-def decomposable(problem: PlacementProblem) -> bool:
-    """Whether segment schedules can be glued: interchangeable devices, no memory limits, a cut node."""
-    return (
-        problem.n_devices > 1
-        and len(problem.identical_devices) == 1
-        and all(d.memory is None for d in problem.devices)
-        and len(segments(problem)) > 1
-    )
-
-
-def compose(problem: PlacementProblem, parts) -> Placement:
-    """Glue per-segment placements in time order, relabelling devices so shared cut nodes agree.
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-        Whose devices are all interchangeable (see `decomposable`).
-    parts : sequence of (nodes, Placement)
-        Each segment's node list (as from `segments`) and a placement of its `subproblem`.
-
-    Returns
-    -------
-    Placement
-        Device orders: segment after segment. Edges that skip a cut node (a residual input) may
-        add a transfer the segments did not see; the simulator prices it.
-    """
-    D = problem.n_devices
-    device = np.full(problem.n_nodes, -1, dtype=np.int64)
-    order: list[list[int]] = [[] for _ in range(D)]
-    for nodes, pl in parts:
-        local = np.asarray(pl.device)
-        mapping = np.arange(D)
-        entry = nodes[0]
-        if device[entry] >= 0:  # the cut node the previous segment placed: keep it where it is
-            a, b = int(local[0]), int(device[entry])
-            mapping[a], mapping[b] = b, a
-        for d, seq in enumerate(pl.order):
-            for i in seq:
-                v = nodes[i]
-                if device[v] < 0:
-                    device[v] = mapping[d]
-                    order[int(mapping[d])].append(v)
-    return Placement(device, tuple(tuple(o) for o in order), method="segments")

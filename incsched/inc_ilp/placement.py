@@ -15,20 +15,29 @@ makespan CP-SAT claims before it is kept.
 
 from __future__ import annotations
 
-from solvers import SolverOutput
-from solvers.cpsat.placement import segment_bound, segment_proof_bound, solve_placement
+import logging
+import time
+from dataclasses import replace
 
-from ..baselines.placement_local import compose, decomposable, local_search, segments as cut_segments, subproblem
+from solvers import SolverOutput, SolverSettings
+from solvers.cpsat.placement import solve_placement
+from solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
+
+from ..baselines.placement_local import local_search
 from ..bounds import placement_lower_bound
 from ..placement_bounds import placement_bound_cpsat
-from ..evaluate.simulate import simulate
-from ..problems.placement import Placement, PlacementProblem
+from ..baselines.list_scheduling import list_schedule, mean_costs
+from ..evaluate.simulate import Schedule, simulate
+from ..problems.decompose import compose, decomposable, segments as cut_segments, subproblem
+from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
 from ..relax import placement_window
 from .context import Context
 from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
 from .stage import SolverDisagreement
 
-__all__ = ["run", "make_check"]
+__all__ = ["run", "make_check", "solve_cpsat"]
+
+log = logging.getLogger(__name__)
 
 #: Share of the nominal budget the CP-SAT window bounds may spend (they take 1-10 s on 100-400 ops).
 BOUND_SHARE = 0.1
@@ -69,6 +78,59 @@ def make_check(problem: PlacementProblem):
     return check
 
 
+def solve_cpsat(problem: PlacementProblem, settings: SolverSettings, window: PlacementWindow | None = None,
+                hint: Placement | Schedule | None = None) -> SolverOutput:
+    """The CP-SAT placement model (`solvers.cpsat.placement.solve_placement`) with what it is handed.
+
+    The hint is executed in its own order (one that deadlocks is ignored, ``info["hint_note"]``
+    says why), HEFT over the window's devices bounds the horizon, and the answer is run in its
+    solved order as early as possible: a solution short of optimal may keep idle slack, and
+    running its order as soon as possible (what a runtime does) can only end earlier.
+
+    Parameters
+    ----------
+    problem, settings, window
+        As for `solve_placement`.
+    hint : Placement or Schedule, optional
+        An incumbent to start from.
+
+    Returns
+    -------
+    SolverOutput
+        As `solve_placement`'s, with ``start`` the executed start ticks and ``objective`` their
+        makespan: never above CP-SAT's objective (``info["cpsat_objective"]``, raw starts in
+        ``info["cpsat_start"]``) and equal to it when proven optimal.
+    """
+    t0 = time.perf_counter()
+    allowed = problem.allowed_devices()
+    if window is not None:
+        window.check(problem)
+        if window.allowed is not None:
+            allowed = allowed & window.allowed
+    heuristic = None
+    node_cost, edge_cost = mean_costs(problem)
+    try:
+        heft = list_schedule(problem, problem.graph.bottom_level(node_cost, edge_cost), insertion=True, allowed=allowed)
+        heuristic = simulate(problem, heft, "ordered")
+    except PlacementError as exc:
+        log.debug("no heuristic horizon: %s", exc)
+    executed_hint, note = None, None
+    if hint is not None:
+        try:
+            executed_hint = simulate(problem, hint.to_placement() if isinstance(hint, Schedule) else hint, "ordered")
+        except PlacementError as exc:
+            log.warning("placement hint ignored: %s", exc)
+            note = f"ignored: {exc}"
+    out = solve_placement(problem, settings, window, executed_hint, heuristic=heuristic)
+    if note is not None:
+        out.info["hint_note"] = note
+    if out.assignment is None:
+        return replace(out, wall_time=time.perf_counter() - t0)
+    executed = simulate(problem, Placement(out.assignment, out.info["order"]), "ordered")
+    objective = float(min(executed.makespan, out.objective))
+    return replace(out, start=executed.start, objective=objective, wall_time=time.perf_counter() - t0)
+
+
 def run(ctx: Context, method: str, preschedule=None) -> None:
     """Solve ``ctx.problem`` by ``method``, leaving the best answer and bound in ``ctx``."""
     p: PlacementProblem = ctx.problem
@@ -103,7 +165,7 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
 def prove(ctx: Context) -> None:
     """The full model, hinted by the best placement so far, given all that is left."""
     with ctx.timed("proof"):
-        out = solve_placement(ctx.problem, ctx.settings(), hint=ctx.best)
+        out = solve_cpsat(ctx.problem, ctx.settings(), hint=ctx.best)
     ctx.charge(out)
     ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
     if out.status == "infeasible":
@@ -141,7 +203,7 @@ def windows(ctx: Context) -> None:
         if window.allowed.sum(1).min() == p.n_devices:
             return  # the window holds every device: the full model is next anyway
         with ctx.timed("window"):
-            out = solve_placement(p, ctx.settings(WINDOW_SHARE * ctx.nominal_work), window=window, hint=ctx.best)
+            out = solve_cpsat(p, ctx.settings(WINDOW_SHARE * ctx.nominal_work), window=window, hint=ctx.best)
         ctx.charge(out)
         solves += 1
         ctx.record("window", hops=hops, status=out.status, objective=out.objective,
@@ -211,7 +273,7 @@ def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float) -> 
         pl = local_search(sub, ctx.seed, evaluations=1)
         return pl, simulate(sub, pl, "ordered").makespan, {}  # one or two nodes in a chain: exact
     hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes), should_stop=lambda: ctx.stopped() is not None)
-    out = solve_placement(sub, ctx.settings(work), hint=hint)
+    out = solve_cpsat(sub, ctx.settings(work), hint=hint)
     ctx.charge(out)
     pl = hint
     if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:

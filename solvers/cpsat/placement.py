@@ -3,7 +3,9 @@
 One optional interval per (node, allowed device) with an exactly-one choice, a NoOverlap per device,
 and precedence that pays the link's transfer only when producer and consumer sit apart. Static
 lower bounds, a heuristic horizon and symmetry breaking over identical devices keep the domains
-small and let proofs close. The answer is judged elsewhere (`incsched.evaluate.simulate`).
+small and let proofs close. The caller hands in what needs the rest of the library (the hint and
+a heuristic schedule, both as executed by `incsched.evaluate.simulate`); the answer is CP-SAT's own
+solution, judged elsewhere (`incsched.inc_ilp.placement.solve_cpsat` runs both ends).
 """
 
 from __future__ import annotations
@@ -11,22 +13,43 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from incsched.baselines.placement import list_schedule, mean_costs
-from incsched.evaluate.simulate import Schedule, simulate
-from incsched.problems.placement import Placement, PlacementError, PlacementProblem, PlacementWindow
+from incsched.problems import Placement, PlacementProblem, PlacementWindow
 
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
 
-__all__ = ["solve_placement", "segment_bound", "segment_decision", "segment_proof_bound"]
+__all__ = ["solve_placement", "ExecutedSchedule"]
 
 log = logging.getLogger(__name__)
 
 BACKEND = "cpsat-placement"
+
+
+class ExecutedSchedule(Protocol):
+    """A placement as executed in its own order, in ticks (what `incsched.evaluate.simulate` returns)."""
+
+    device: np.ndarray  # [n] device of each node
+    start: np.ndarray  # [n]
+    end: np.ndarray  # [n]
+    makespan: int
+
+    @property
+    def memory_ok(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _Hint:
+    """The hint as the model takes it: device labels agree with the symmetry breaking."""
+
+    device: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    makespan: int
 
 
 @dataclass
@@ -48,7 +71,9 @@ def solve_placement(
     problem: PlacementProblem,
     settings: SolverSettings,
     window: PlacementWindow | None = None,
-    hint: Placement | Schedule | None = None,
+    hint: ExecutedSchedule | None = None,
+    *,
+    heuristic: ExecutedSchedule | None = None,
 ) -> SolverOutput:
     """Minimise the makespan of ``problem`` exactly (within ``window``, when given) with CP-SAT.
 
@@ -61,20 +86,24 @@ def solve_placement(
     window : PlacementWindow, optional
         Allowed devices per node and optional start-tick ranges; the model is restricted to it.
         Symmetry breaking over identical devices is used only without a window.
-    hint : Placement or Schedule, optional
-        An incumbent to start from (``AddHint`` on every variable). Its device labels are
-        permuted to agree with the symmetry breaking; a hint that deadlocks is ignored.
+    hint : ExecutedSchedule, optional
+        An incumbent as executed in its own order (``AddHint`` on every variable); it also lowers
+        the horizon when it fits the window. Its device labels are permuted to agree with the
+        symmetry breaking (identical devices: the times stay).
+    heuristic : ExecutedSchedule, optional
+        A heuristic schedule (HEFT over the window's devices) that only lowers the horizon, when
+        it fits the window.
 
     Returns
     -------
     SolverOutput
-        ``assignment`` (device per node), ``start`` (ticks), ``objective`` and ``bound`` in ticks.
-        ``start`` is CP-SAT's solution run in its own per-device order as early as possible, and
-        ``objective`` its makespan: never above CP-SAT's objective (``info["cpsat_objective"]``,
-        raw starts in ``info["cpsat_start"]``) and equal to it when proven optimal.
-        ``info`` holds ``order`` (per-device node order by start), ``time_unit``, ``horizon``,
-        ``lower_bound`` and its parts, ``hinted``, ``hint_makespan``, ``symmetry_breaking``,
-        ``reproducible`` and CP-SAT statistics. ``infeasible`` outputs carry ``info["reason"]``.
+        ``assignment`` (device per node), ``start`` (ticks), ``objective`` and ``bound`` in ticks:
+        CP-SAT's solution as it stands (also in ``info["cpsat_start"]`` and
+        ``info["cpsat_objective"]``, which stay when a caller runs the order as early as possible).
+        ``info`` holds ``order`` (per-device node order by start), ``time_unit``, ``horizon`` and
+        ``horizon_source``, ``lower_bound`` and its parts, ``hinted``, ``hint_makespan``,
+        ``symmetry_breaking``, ``reproducible`` and CP-SAT statistics. ``infeasible`` outputs carry
+        ``info["reason"]``.
 
     Raises
     ------
@@ -104,11 +133,9 @@ def solve_placement(
         return _infeasible(t0, f"node {problem.graph.names[v]!r} has no allowed device that can hold its parameters")
 
     bounds = _static_bounds(problem, allowed)
-    horizon, horizon_source = _horizon(problem, allowed, window, hint)
-    hint_sched, hint_note = _hint_schedule(problem, hint)
+    horizon, horizon_source = _horizon(problem, allowed, window, heuristic, hint)
     symmetric = window is None and any(len(g) > 1 for g in problem.identical_devices)
-    if hint_sched is not None and symmetric:
-        hint_sched = _canonical(problem, hint_sched)
+    hint_sched = None if hint is None else _canonical(problem, hint) if symmetric else _Hint(hint.device, hint.start, hint.end, hint.makespan)
     if horizon < bounds.lower_bound:
         return _infeasible(t0, f"window horizon {horizon} is below the lower bound {bounds.lower_bound}")
 
@@ -139,7 +166,7 @@ def solve_placement(
         "lower_bound_parts": {"critical_path": bounds.critical_path, "work_per_device": bounds.work},
         "hinted": hint_sched is not None,
         "hint_makespan": None if hint_sched is None else int(hint_sched.makespan),
-        "hint_note": hint_note,
+        "hint_note": "" if hint is None else "ok",
         "symmetry_breaking": symmetric,
         "window": window is not None,
         "reproducible": bool(settings.deterministic),
@@ -154,16 +181,11 @@ def solve_placement(
         "n_constraints": len(model.Proto().constraints),
     }
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assignment, raw_start = m.solution(solver)
-        placement = Placement.from_assignment(assignment, D, start=raw_start, method="cpsat")
+        assignment, start = m.solution(solver)
+        placement = Placement.from_assignment(assignment, D, start=start, method="cpsat")
         info["order"] = [list(seq) for seq in placement.order]
-        info["cpsat_objective"] = float(solver.ObjectiveValue())
-        info["cpsat_start"] = raw_start.tolist()
-        # A solution short of optimal may keep idle slack; running its order as soon as possible
-        # (what a runtime does) can only end earlier, so that is the schedule returned.
-        executed = simulate(problem, placement, "ordered")
-        start = np.asarray(executed.start, dtype=np.int64)
-        objective = float(min(executed.makespan, info["cpsat_objective"]))
+        objective = info["cpsat_objective"] = float(solver.ObjectiveValue())
+        info["cpsat_start"] = start.tolist()
         bound = float(max(solver.BestObjectiveBound(), bounds.lower_bound))
         log.info(
             "placement %r: %s makespan %d ticks, bound %d (hint %s) in %.2fs",
@@ -196,50 +218,33 @@ def _static_bounds(problem: PlacementProblem, allowed: np.ndarray) -> _Bounds:
     return _Bounds(dmin, head, tail, cp, work)
 
 
-def _horizon(problem, allowed, window, hint) -> tuple[int, str]:
+def _horizon(problem, allowed, window, heuristic, hint) -> tuple[int, str]:
     """An upper bound on the (windowed) optimum: the best in-window heuristic or hint schedule."""
     g = problem.graph
     dur, ticks = problem.durations(), problem.transfer_ticks()
     # Running nodes one after another, each on its slowest allowed device and paying the dearest
-    # transfer, is always possible: a safe horizon when no heuristic fits the window.
+    # transfer, is always possible: a safe horizon when no schedule handed in fits the window.
     slow = np.where(allowed, dur, 0).max(axis=1)
     best, source = int(slow.sum() + (ticks.max(axis=(1, 2)).sum() if g.n_edges else 0)), "serial"
     if window is not None and window.start_hi is not None:
         best = min(best, int((window.start_hi + slow).max())) if problem.n_nodes else best
         source = "window"
-    candidates = []
-    node_cost, edge_cost = mean_costs(problem)
-    try:
-        candidates.append(("heft", list_schedule(problem, g.bottom_level(node_cost, edge_cost), insertion=True, allowed=allowed)))
-    except PlacementError as exc:
-        log.debug("no heuristic horizon: %s", exc)
-    if hint is not None:
-        candidates.append(("hint", hint.to_placement() if isinstance(hint, Schedule) else hint))
-    for name, pl in candidates:
-        try:
-            s = simulate(problem, pl, "ordered")
-        except PlacementError:
+    for name, s in (("heuristic", heuristic), ("hint", hint)):
+        if s is None:
             continue
         fits = window is None or window.contains(problem, s.device, s.start)
         fits = fits and bool(np.all(allowed[np.arange(problem.n_nodes), s.device])) and s.memory_ok
         if fits and s.makespan < best:
-            best, source = s.makespan, name
+            best, source = int(s.makespan), name
     return best, source
 
 
-def _hint_schedule(problem, hint) -> tuple[Schedule | None, str]:
-    if hint is None:
-        return None, ""
-    pl = hint.to_placement() if isinstance(hint, Schedule) else hint
-    try:
-        return simulate(problem, pl, "ordered"), "ok"
-    except PlacementError as exc:
-        log.warning("placement hint ignored: %s", exc)
-        return None, f"ignored: {exc}"
+def _canonical(problem: PlacementProblem, sched: ExecutedSchedule) -> _Hint:
+    """Relabel identical devices by first use in topological order, as the symmetry breaking demands.
 
-
-def _canonical(problem: PlacementProblem, sched: Schedule) -> Schedule:
-    """Relabel identical devices by first use in topological order, as the symmetry breaking demands."""
+    Swapping identical devices leaves every duration and transfer as it was, so the relabelled
+    schedule keeps its start and end ticks.
+    """
     topo = problem.graph.topological_order().tolist()
     mapping = np.arange(problem.n_devices)
     for group in problem.identical_devices:
@@ -251,8 +256,7 @@ def _canonical(problem: PlacementProblem, sched: Schedule) -> Schedule:
         by_use = sorted(group, key=lambda d: (first[d], d))
         for new, old in zip(group, by_use):
             mapping[old] = new
-    relabelled = sched.to_placement().relabel(mapping)
-    return simulate(problem, relabelled, "ordered")
+    return _Hint(mapping[np.asarray(sched.device)], sched.start, sched.end, sched.makespan)
 
 
 def _infeasible(t0: float, reason: str) -> SolverOutput:
@@ -378,39 +382,14 @@ class _PlacementModel:
 
     def add_symmetry_breaking(self) -> None:
         """Within each group of identical devices, device j+1 is first used after device j (topological order)."""
-        model, names = self.model, self.problem.graph.names
+        names, devices = self.problem.graph.names, self.problem.devices
         topo = self.problem.graph.topological_order().tolist()
         self.used: list[tuple[int, int, cp_model.IntVar]] = []  # (node, device, "device used by now")
         for group in self.problem.identical_devices:
-            if len(group) < 2:
-                continue
-            used_prev: list = [None] * len(group)  # None: not used by any earlier node
-            for v in topo:
-                xs = self.x[v]
-                if not all(d in xs for d in group):
-                    continue  # memory differs per node only across non-identical devices; defensive
-                used_now = []
-                for j, d in enumerate(group):
-                    if j > 0:
-                        if used_prev[j - 1] is None:
-                            model.Add(xs[d] == 0)
-                        else:
-                            model.AddImplication(xs[d], used_prev[j - 1])
-                    if j == len(group) - 1:
-                        used_now.append(None)  # nobody waits on the last device's first use
-                        continue
-                    lit = model.NewBoolVar(f"used[{self.problem.devices[d].name},{names[v]}]")
-                    model.AddImplication(xs[d], lit)
-                    if used_prev[j] is None:
-                        model.AddImplication(lit, xs[d])
-                    else:
-                        model.AddImplication(used_prev[j], lit)
-                        model.AddBoolOr([lit.Not(), used_prev[j], xs[d]])
-                    used_now.append(lit)
-                    self.used.append((v, d, lit))
-                used_prev = used_now
+            if len(group) > 1:
+                self.used += first_use_chain(self.model, self.x, topo, group, lambda v, d: f"used[{devices[d].name},{names[v]}]")
 
-    def add_hint(self, sched: Schedule) -> None:
+    def add_hint(self, sched: _Hint) -> None:
         """Hint every decision variable from a feasible schedule (the symmetry literals follow from x)."""
         model = self.model
         for v in range(self.problem.n_nodes):
@@ -447,497 +426,38 @@ class _PlacementModel:
         return assignment, start
 
 
-# ---------------------------------------------------------------------- a relaxation that bounds a segment
+def first_use_chain(model: cp_model.CpModel, x, topo: list[int], group, label) -> list[tuple[int, int, cp_model.IntVar]]:
+    """Devices of ``group`` are first used in their order along ``topo``: symmetry breaking over identical devices.
 
-
-def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[int, bool]:
-    """A lower bound on the makespan of a single-entry, single-exit placement problem of identical devices.
-
-    Relaxation of the exact model that keeps what makes transfers expensive and drops the order:
-    with the entry node on device 0 (devices are interchangeable) and the exit node on device 0 or
-    1, a node off the entry's device cannot start before the cheapest crossing from the entry
-    reaches it, and a node off the exit's device must leave time for the cheapest crossing to the
-    exit. On every device, the nodes that start at least ``alpha`` late and end at least ``beta``
-    early fit in ``makespan - alpha - beta`` whenever the device holds any of them: a knapsack per
-    device and threshold pair, over device choices only, which CP-SAT bounds quickly. Every
-    schedule satisfies every constraint, so CP-SAT's best bound on it bounds the real makespan.
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-        Devices all interchangeable (``len(problem.identical_devices) == 1``).
-    settings : SolverSettings
-        Budget for each of (at most) two CP-SAT runs.
-
-    Returns
-    -------
-    (int, bool)
-        The bound in ticks (at least ``problem.lower_bound_ticks()``), and whether a deterministic
-        run was cut by the wall clock (then the bound, though valid, may differ between runs).
-
-    Examples
-    --------
-    >>> from incsched.graph import CompGraph
-    >>> g = CompGraph(["s", "a", "b", "t"], ["s", "s", "a", "b"], ["a", "b", "t", "t"],
-    ...               out_bytes=[1000, 1000, 1000, 0], compute_time={"cpu": [1.0, 10.0, 10.0, 1.0]})
-    >>> p = PlacementProblem.identical(g, 2, bandwidth=10.0, time_unit=1.0)
-    >>> p.lower_bound_ticks(), segment_bound(p, SolverSettings(time_limit=5))
-    (12, (22, False))
+    A node may go on ``group[j + 1]`` only when an earlier node (in ``topo``) is on ``group[j]``.
+    ``x[v]`` maps a device to the literal "node v on it"; nodes that lack a device of the group are
+    skipped. ``label(v, d)`` names the literal "device d holds v or an earlier node". Returns those
+    literals as (node, device, literal), the last device's left out (nothing waits on it).
     """
-    g = problem.graph
-    n, D = problem.n_nodes, problem.n_devices
-    trivial = problem.lower_bound_ticks()
-    if n < 3 or D < 2 or len(problem.identical_devices) != 1 or np.any(~problem.allowed_devices()):
-        return trivial, False
-    dur = problem.durations()[:, 0].astype(np.int64)
-    off = ~np.eye(D, dtype=bool)
-    cross = problem.transfer_ticks()[:, off].min(axis=1) if g.n_edges else np.zeros(0, np.int64)
-    sources = np.flatnonzero(g.in_degree == 0)
-    sinks = np.flatnonzero(g.out_degree == 0)
-    entry = int(sources[0]) if len(sources) == 1 else None
-    exit_ = int(sinks[0]) if len(sinks) == 1 else None
-    head0 = np.rint(g.top_level(dur.astype(np.float64), None)).astype(np.int64)
-    tail0 = np.rint(g.bottom_level(dur.astype(np.float64), None)).astype(np.int64) - dur
-    head_off = _crossing_offsets(g, dur, cross, head0, entry, forward=True)
-    tail_off = _crossing_offsets(g, dur, cross, tail0, exit_, forward=False)
-    best, capped = None, False
-    for exit_device in ([0, 1] if exit_ is not None else [None]):
-        value, cut = _segment_relaxation(problem, settings, dur, head0, tail0, head_off, tail_off, entry, exit_, exit_device)
-        best = value if best is None else min(best, value)
-        capped = capped or cut
-    return max(trivial, int(best)), capped
-
-
-def _crossing_offsets(g, dur, cross, plain, anchor, forward: bool) -> np.ndarray:
-    """Earliest start (forward) or least tail (backward) of each node placed off ``anchor``'s device."""
-    if anchor is None:
-        return plain.copy()
-    out = plain.copy()
-    order = g.topological_order().tolist()
-    if not forward:
-        order = order[::-1]
-    ptr, nbr, eid = (g.pred_ptr, g.pred_idx, g.pred_edge) if forward else (g.succ_ptr, g.succ_idx, g.succ_edge)
-    ptr, nbr, eid = ptr.tolist(), nbr.tolist(), eid.tolist()
-    for w in order:
-        if w == anchor:
-            continue
-        best = int(plain[w])
-        for k in range(ptr[w], ptr[w + 1]):
-            u = nbr[k]
-            # u before w (forward): either u sits off the anchor's device too, or the edge u-w crosses.
-            via_cross = int(plain[u]) + int(dur[u]) + int(cross[eid[k]])
-            step = via_cross if u == anchor else min(int(out[u]) + int(dur[u]), via_cross)
-            best = max(best, step)
-        out[w] = best
-    return out
-
-
-def _segment_relaxation(problem, settings, dur, head0, tail0, head_off, tail_off, entry, exit_, exit_device) -> tuple[int, bool]:
-    n, D = problem.n_nodes, problem.n_devices
-    model = cp_model.CpModel()
-    horizon = int(dur.sum() + head_off.max() + tail_off.max() + 1)
-    makespan = model.NewIntVar(0, horizon, "makespan")
-    x = [[model.NewBoolVar(f"on[{v},{d}]") for d in range(D)] for v in range(n)]
-    release = np.empty((n, D), dtype=np.int64)
-    tail = np.empty((n, D), dtype=np.int64)
-    for d in range(D):
-        release[:, d] = head0 if (entry is None or d == 0) else head_off
-        tail[:, d] = tail0 if (exit_ is None or d == exit_device) else tail_off
-    for v in range(n):
-        model.AddExactlyOne(x[v])
-        for d in range(D):
-            model.Add(makespan >= int(release[v, d] + dur[v] + tail[v, d])).OnlyEnforceIf(x[v][d])
-    if entry is not None:
-        model.Add(x[entry][0] == 1)
-    if exit_ is not None:
-        model.Add(x[exit_][exit_device] == 1)
-    model.Add(D * makespan >= int(dur.sum()))
-    for d in range(D):
-        alphas = _thresholds(release[:, d])
-        betas = _thresholds(tail[:, d])
-        for a in alphas:
-            for b in betas:
-                members = [v for v in range(n) if release[v, d] >= a and tail[v, d] >= b]
-                if not members:
-                    continue
-                # The window shrinks by a + b only when some member is really on d.
-                some = model.NewBoolVar(f"holds[{d},{a},{b}]")
-                for v in members:
-                    model.AddImplication(x[v][d], some)
-                model.Add(sum(int(dur[v]) * x[v][d] for v in members) + (int(a) + int(b)) * some <= makespan)
-    model.Minimize(makespan)
-    solver = make_solver(settings)
-    solver.Solve(model)
-    return int(solver.BestObjectiveBound()), wall_capped(settings, solver)
-
-
-def _thresholds(values: np.ndarray, most: int = 12) -> list[int]:
-    # Any threshold gives a valid constraint; a dozen well-spread ones keep the model small.
-    distinct = np.unique(values)
-    if len(distinct) > most:
-        distinct = np.unique(distinct[np.linspace(0, len(distinct) - 1, most).round().astype(int)])
-    return distinct.tolist()
-
-
-# ---------------------------------------------------------------------- proofs for a segment: the decision model
-
-
-def segment_decision(problem: PlacementProblem, makespan: int, settings: SolverSettings, *, offsets=None,
-                     capped: list[bool] | None = None) -> str:
-    """Whether a single-entry, single-exit problem of identical devices has a schedule of at most ``makespan`` ticks.
-
-    A proof tool: the decision form of the placement model, strengthened with constraints every
-    schedule of at most ``makespan`` satisfies, so that CP-SAT refutes short makespans in seconds
-    where the optimisation model's bound stalls. Devices are interchangeable, so the entry runs on
-    device 0 and the exit on device 0 or 1; each case is one CP-SAT run with
-
-    - per-device windows: a node off the entry's device starts no earlier than
-      `_off_device_offsets` allows (the exact earliest start of that node off the entry's device
-      in the problem restricted to its ancestors, solved by CP-SAT when it has at most
-      ``_OFFSET_NODES`` of them; else the cheapest-crossing bound of `segment_bound`), and
-      symmetrically ends early enough to leave the least tail off the exit's device;
-    - energy per device: the nodes a device holds whose release is at least ``a`` and whose tail
-      is at least ``b`` fit in ``makespan - a - b`` (a knapsack over device choices);
-    - one cumulative of all nodes on the ``D`` devices;
-    - symmetry breaking: the other devices are first used in topological order; branches between
-      entry and exit that are identical (same durations, edges and transfer ticks, node by node in
-      topological order) start in order of their first node; twin nodes (same predecessors,
-      successors, duration and ticks) start in order. Relabelling devices, permuting identical
-      branches and swapping twins map schedules to schedules of the same makespan, and the three
-      orders can be imposed one after the other, so some optimal schedule satisfies them all.
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-        One source, one sink, every device interchangeable and unlimited (as `segment_bound`).
-    makespan : int
-        The makespan to decide, in ticks.
-    settings : SolverSettings
-        Limit per CP-SAT run (there are two: exit on the entry's device, exit elsewhere).
-    offsets : (array, array), optional
-        `_off_device_offsets` of the problem, when already computed (bisection reuses them).
-
-    Returns
-    -------
-    str
-        ``"infeasible"``: proven, no schedule ends by ``makespan`` (so the optimum exceeds it);
-        ``"feasible"``: CP-SAT found one; ``"unknown"``: neither within the limit (or the problem is
-        not of the supported shape).
-
-    Examples
-    --------
-    >>> from incsched.graph import CompGraph
-    >>> g = CompGraph(["s", "a", "b", "t"], ["s", "s", "a", "b"], ["a", "b", "t", "t"],
-    ...               out_bytes=[1000, 1000, 1000, 0], compute_time={"cpu": [1.0, 10.0, 10.0, 1.0]})
-    >>> p = PlacementProblem.identical(g, 2, bandwidth=10.0, time_unit=1.0)
-    >>> segment_decision(p, 21, SolverSettings(time_limit=5)), segment_decision(p, 22, SolverSettings(time_limit=5))
-    ('infeasible', 'feasible')
-    """
-    shape = _segment_shape(problem)
-    if shape is None:
-        return "unknown"
-    entry, exit_ = shape
-    if problem.n_devices == 1 or entry == exit_:
-        return "feasible" if makespan >= problem.critical_path_ticks() and makespan >= problem.total_work_ticks() else "infeasible"
-    head, tail = offsets if offsets is not None else _off_device_offsets(problem, entry, exit_, settings, capped)
-    for exit_device in (0, 1):
-        model = _DecisionModel(problem, int(makespan), entry, exit_, exit_device, head, tail)
-        if model.infeasible:
-            continue
-        solver, code = _solve_decision(model.model, settings, capped)
-        verdict = {cp_model.INFEASIBLE: "infeasible", cp_model.OPTIMAL: "feasible", cp_model.FEASIBLE: "feasible"}.get(code, "unknown")
-        if verdict != "infeasible":
-            return verdict  # an open case settles nothing: the other one need not be run
-    return "infeasible"
-
-
-def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverSettings, *, lower: int | None = None, probes: int = 12) -> tuple[int, list[dict]]:
-    """The largest makespan bound `segment_decision` proves below ``upper``, by bisection.
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-        As for `segment_decision`.
-    upper : int
-        A makespan known to be achievable (an incumbent's), in ticks.
-    settings : SolverSettings
-        Limit per CP-SAT run.
-    lower : int, optional
-        A bound already proven (default ``problem.lower_bound_ticks()``).
-    probes : int
-        Most decisions tried.
-
-    Returns
-    -------
-    (int, list of dict)
-        A lower bound on the optimum in ticks (``upper`` itself when ``upper - 1`` is refuted: then
-        ``upper`` is optimal), and each probe's ``makespan``, ``verdict``, ``seconds`` and
-        ``wall_capped`` (a deterministic run cut by the wall clock: the bound may not repeat).
-    """
-    lo = max(int(lower if lower is not None else 0), problem.lower_bound_ticks())  # proven: optimum >= lo
-    hi = int(upper) - 1  # the largest makespan still worth refuting
-    log_: list[dict] = []
-    shape = _segment_shape(problem)
-    if shape is None or problem.n_devices == 1 or shape[0] == shape[1] or lo > hi:
-        return lo, log_
-    capped: list[bool] = []  # per CP-SAT run: cut by the wall clock (the first probe also owns the offsets' runs)
-    offsets = _off_device_offsets(problem, shape[0], shape[1], settings, capped)
-    while lo <= hi and len(log_) < probes:
-        # Refuting upper - 1 first closes the gap at once when the incumbent is optimal.
-        t = hi if not log_ else (lo + hi) // 2
-        started, runs = time.perf_counter(), len(capped) if log_ else 0
-        verdict = segment_decision(problem, t, settings, offsets=offsets, capped=capped)
-        log_.append({"makespan": t, "verdict": verdict, "seconds": time.perf_counter() - started, "wall_capped": any(capped[runs:])})
-        if verdict == "infeasible":
-            lo = t + 1
-        else:
-            hi = t - 1
-    return lo, log_
-
-
-#: Nodes with at most this many ancestors (descendants) get their off-device offset from an exact solve.
-_OFFSET_NODES = 16
-
-#: CP-SAT seconds for each such solve (its bound is used, so a cut-off solve is still valid).
-_OFFSET_SECONDS = 5.0
-
-
-def _segment_shape(problem: PlacementProblem) -> tuple[int, int] | None:
-    g = problem.graph
-    if problem.n_nodes == 0 or len(problem.identical_devices) != 1 or np.any(~problem.allowed_devices()):
-        return None
-    # Relabelling devices must map schedules to schedules: no memory limits, one price per edge.
-    if any(d.memory is not None for d in problem.devices) or (g.n_edges and problem.uniform_transfer_ticks() is None):
-        return None
-    sources, sinks = np.flatnonzero(g.in_degree == 0), np.flatnonzero(g.out_degree == 0)
-    if len(sources) != 1 or len(sinks) != 1:
-        return None
-    return int(sources[0]), int(sinks[0])
-
-
-def _relatives(g, forward: bool) -> list[set[int]]:
-    """Ancestors (forward) or descendants of every node."""
-    order = g.topological_order().tolist()
-    out: list[set[int]] = [set() for _ in range(g.n_nodes)]
-    for v in (order if forward else order[::-1]):
-        for u in (g.predecessors(v) if forward else g.successors(v)).tolist():
-            out[v] |= out[u] | {u}
-    return out
-
-
-def _off_device_offsets(problem, entry: int, exit_: int, settings: SolverSettings,
-                        capped: list[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Earliest start of each node off the entry's device, least tail of each node off the exit's device.
-
-    Start from the cheapest-crossing offsets of `segment_bound`; for a node with few ancestors,
-    the optimum of "the node's ancestors and the node, entry on device 0, the node elsewhere" is
-    a valid earliest start (dropping every other node only relaxes the problem), and likewise for
-    tails with the descendants. Identical small problems (repeated branches) are solved once.
-    """
-    from incsched.baselines.placement_local import subproblem
-
-    g = problem.graph
-    dur = problem.durations()[:, 0].astype(np.int64)
-    off = ~np.eye(problem.n_devices, dtype=bool)
-    cross = problem.transfer_ticks()[:, off].min(axis=1) if g.n_edges else np.zeros(0, np.int64)
-    head0 = np.rint(g.top_level(dur.astype(np.float64), None)).astype(np.int64)
-    tail0 = np.rint(g.bottom_level(dur.astype(np.float64), None)).astype(np.int64) - dur
-    head = _crossing_offsets(g, dur, cross, head0, entry, forward=True)
-    tail = _crossing_offsets(g, dur, cross, tail0, exit_, forward=False)
-    small = _capped(settings, _OFFSET_SECONDS)
-    cache: dict[bytes, int] = {}
-    topo_pos = np.empty(g.n_nodes, dtype=np.int64)
-    topo_pos[g.topological_order()] = np.arange(g.n_nodes)
-    for rel, out, forward in ((_relatives(g, True), head, True), (_relatives(g, False), tail, False)):
-        for v in range(g.n_nodes):
-            if not 0 < len(rel[v]) <= _OFFSET_NODES:
+    used_prev: list = [None] * len(group)  # None: not used by any earlier node
+    out = []
+    for v in topo:
+        xs = x[v]
+        if not all(d in xs for d in group):
+            continue  # memory differs per node only across non-identical devices; defensive
+        used_now = []
+        for j, d in enumerate(group):
+            if j > 0:
+                if used_prev[j - 1] is None:
+                    model.Add(xs[d] == 0)
+                else:
+                    model.AddImplication(xs[d], used_prev[j - 1])
+            if j == len(group) - 1:
+                used_now.append(None)  # nobody waits on the last device's first use
                 continue
-            nodes = sorted(rel[v] | {v}, key=lambda u: topo_pos[u])
-            sub = subproblem(problem, nodes)
-            key = sub.signature()
-            if key not in cache:
-                s_entry, s_exit = _segment_shape(sub)
-                # The node is the sink (heads) or the source (tails) of `sub`; either way it sits off
-                # the device of the other end, which is device 0 for the source.
-                model = _DecisionModel(sub, None, s_entry, s_exit, 1, None, None)
-                solver, _ = _solve_decision(model.model, small, capped)
-                cache[key] = int(solver.BestObjectiveBound())
-            out[v] = max(int(out[v]), cache[key] - int(dur[v]))
-    return head, tail
-
-
-def _solve_decision(model: cp_model.CpModel, settings: SolverSettings, capped: list[bool] | None = None):
-    """Solve; OR-Tools 9.15's presolve can fail with an internal IndexError on these models
-    (seen on a 7-node fork with the energy rows and the cumulative): then solve without presolve.
-    Appends to ``capped`` whether a deterministic run was cut by the wall clock (not reproducible)."""
-    solver = make_solver(settings)
-    try:
-        code = solver.Solve(model)
-    except IndexError:
-        log.debug("CP-SAT presolve failed on a segment decision model; solving without presolve")
-        solver = make_solver(settings)
-        solver.parameters.cp_model_presolve = False
-        code = solver.Solve(model)
-    if capped is not None:
-        capped.append(wall_capped(settings, solver))
-    return solver, code
-
-
-def _capped(settings: SolverSettings, seconds: float) -> SolverSettings:
-    from dataclasses import replace
-
-    return replace(settings, time_limit=min(settings.time_limit, seconds), max_deterministic_time=None)
-
-
-class _DecisionModel:
-    """The strengthened segment model: decide ``makespan`` (or, with None, minimise it without offsets)."""
-
-    def __init__(self, problem, makespan, entry, exit_, exit_device, head, tail):
-        g = self.graph = problem.graph
-        n, D = problem.n_nodes, problem.n_devices
-        dur = problem.durations()[:, 0].astype(np.int64)
-        off = ~np.eye(D, dtype=bool)
-        cross = problem.transfer_ticks()[:, off].min(axis=1) if g.n_edges else np.zeros(0, np.int64)
-        ticks = problem.transfer_ticks()
-        head0 = np.rint(g.top_level(dur.astype(np.float64), None)).astype(np.int64)
-        tail0 = np.rint(g.bottom_level(dur.astype(np.float64), None)).astype(np.int64) - dur
-        if head is None:
-            head = _crossing_offsets(g, dur, cross, head0, entry, forward=True)
-            tail = _crossing_offsets(g, dur, cross, tail0, exit_, forward=False)
-        T = int(makespan) if makespan is not None else int(dur.sum() + head.max() + tail.max() + 1)
-        self.infeasible = False
-        m = self.model = cp_model.CpModel()
-        mk = m.NewIntVar(0, T, "makespan")
-        self.start, self.x = [], []
-        per_device: list[list] = [[] for _ in range(D)]
-        release = np.zeros((n, D), dtype=np.int64)
-        tails = np.zeros((n, D), dtype=np.int64)
-        for v in range(n):
-            lo_v, hi_v = int(head0[v]), T - int(tail0[v]) - int(dur[v])
-            if lo_v > hi_v:
-                self.infeasible = True
-                return
-            s = m.NewIntVar(lo_v, hi_v, f"start[{v}]")
-            xs = []
-            for d in range(D):
-                lit = m.NewBoolVar(f"on[{v},{d}]")
-                xs.append(lit)
-                release[v, d] = head0[v] if d == 0 else head[v]
-                tails[v, d] = tail0[v] if d == exit_device else tail[v]
-                lo, hi = int(release[v, d]), T - int(tails[v, d]) - int(dur[v])
-                if lo > hi or (v == entry and d != 0) or (v == exit_ and d != exit_device):
-                    m.Add(lit == 0)
-                    continue
-                # An own start per device carries that device's window into its NoOverlap.
-                sd = m.NewIntVar(lo, hi, f"start[{v},{d}]")
-                m.Add(sd == s).OnlyEnforceIf(lit)
-                per_device[d].append(m.NewOptionalFixedSizeIntervalVar(sd, int(dur[v]), lit, f"run[{v},{d}]"))
-                m.Add(mk >= s + int(dur[v] + tails[v, d])).OnlyEnforceIf(lit)
-            m.AddExactlyOne(xs)
-            m.Add(mk >= s + int(dur[v] + tail0[v]))
-            self.start.append(s)
-            self.x.append(xs)
-        for ivs in per_device:
-            if len(ivs) > 1:
-                m.AddNoOverlap(ivs)
-        m.AddCumulative([m.NewFixedSizeIntervalVar(s, int(dur[v]), f"busy[{v}]") for v, s in enumerate(self.start)], [1] * n, D)
-        m.Add(D * mk >= int(dur.sum()))
-        for k in range(g.n_edges):
-            u, v = int(g.src[k]), int(g.dst[k])
-            m.Add(self.start[v] >= self.start[u] + int(dur[u]))
-            t = int(ticks[k][off].min())
-            if t > 0:
-                same = m.NewBoolVar(f"same[{k}]")
-                m.Add(self.start[v] >= self.start[u] + int(dur[u]) + t).OnlyEnforceIf(same.Not())
-                for d in range(D):
-                    m.AddBoolOr([self.x[u][d].Not(), self.x[v][d].Not(), same])
-                    m.AddBoolOr([same.Not(), self.x[u][d].Not(), self.x[v][d]])
-        if makespan is not None:
-            self._energy(T, dur, release, tails)
-        self._symmetry(entry, exit_, exit_device, dur, ticks)
-        if makespan is None:
-            m.Minimize(mk)
-
-    def _energy(self, T, dur, release, tails) -> None:
-        n, D = release.shape
-        for d in range(D):
-            for a in _thresholds(release[:, d], most=24):
-                for b in _thresholds(tails[:, d], most=24):
-                    members = [v for v in range(n) if release[v, d] >= a and tails[v, d] >= b]
-                    cap = T - int(a) - int(b)
-                    if members and sum(int(dur[v]) for v in members) > cap:
-                        self.model.Add(sum(int(dur[v]) * self.x[v][d] for v in members) <= max(cap, 0))
-
-    def _symmetry(self, entry, exit_, exit_device, dur, ticks) -> None:
-        m, g = self.model, self.graph
-        D = len(self.x[0])
-        topo = g.topological_order().tolist()
-        free = [d for d in range(D) if d not in (0, exit_device)]
-        used: dict[int, object] = {d: None for d in free}
-        for v in topo:
-            for a, b in zip(free, free[1:]):
-                if used[a] is None:
-                    m.Add(self.x[v][b] == 0)
-                else:
-                    m.AddImplication(self.x[v][b], used[a])
-            for d in free[:-1]:
-                lit = m.NewBoolVar("")
-                m.AddImplication(self.x[v][d], lit)
-                if used[d] is None:
-                    m.AddImplication(lit, self.x[v][d])
-                else:
-                    m.AddImplication(used[d], lit)
-                    m.AddBoolOr([lit.Not(), used[d], self.x[v][d]])
-                used[d] = lit
-        t = ticks.reshape(len(ticks), -1).tolist() if g.n_edges else []
-        # Twins: same duration, same neighbours through edges of the same ticks.
-        groups: dict = {}
-        for v in range(g.n_nodes):
-            ins = tuple(sorted((int(g.src[k]), tuple(t[k])) for k in g.pred_edge[g.pred_ptr[v]:g.pred_ptr[v + 1]].tolist()))
-            outs = tuple(sorted((int(g.dst[k]), tuple(t[k])) for k in g.succ_edge[g.succ_ptr[v]:g.succ_ptr[v + 1]].tolist()))
-            groups.setdefault((int(dur[v]), ins, outs), []).append(v)
-        pos = {v: i for i, v in enumerate(topo)}
-        for vs in groups.values():
-            vs = sorted(vs, key=pos.get)
-            for a, b in zip(vs, vs[1:]):
-                m.Add(self.start[a] <= self.start[b])
-        # Identical branches between entry and exit.
-        for branches in _identical_branches(g, entry, exit_, dur, t).values():
-            for c1, c2 in zip(branches, branches[1:]):
-                m.Add(self.start[c1[0]] <= self.start[c2[0]])
-
-
-
-def _identical_branches(g, entry: int, exit_: int, dur, t) -> dict:
-    """Weakly connected parts of the graph without entry and exit, grouped when identical node by node.
-
-    Nodes of a part are listed in topological order; two parts are identical when their durations
-    and their edges (inside, from the entry, to the exit, with per-pair ticks) agree at every index,
-    which makes "index i to index i" an isomorphism. Groups list their parts by first node.
-    """
-    parent = list(range(g.n_nodes))
-
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for k in range(g.n_edges):
-        u, v = int(g.src[k]), int(g.dst[k])
-        if entry not in (u, v) and exit_ not in (u, v):
-            parent[find(u)] = find(v)
-    parts: dict[int, list[int]] = {}
-    for v in g.topological_order().tolist():
-        if v not in (entry, exit_):
-            parts.setdefault(find(v), []).append(v)
-    groups: dict = {}
-    for nodes in parts.values():
-        local = {v: i for i, v in enumerate(nodes)}
-        edges = []
-        for k in range(g.n_edges):
-            u, v = int(g.src[k]), int(g.dst[k])
-            if u in local or v in local:
-                edges.append((local.get(u, -1 if u == entry else -2), local.get(v, -1 if v == entry else -2), tuple(t[k])))
-        groups.setdefault((tuple(int(dur[v]) for v in nodes), tuple(sorted(edges))), []).append(nodes)
-    return {key: parts_ for key, parts_ in groups.items() if len(parts_) > 1}
+            lit = model.NewBoolVar(label(v, d))
+            model.AddImplication(xs[d], lit)
+            if used_prev[j] is None:
+                model.AddImplication(lit, xs[d])
+            else:
+                model.AddImplication(used_prev[j], lit)
+                model.AddBoolOr([lit.Not(), used_prev[j], xs[d]])
+            used_now.append(lit)
+            out.append((v, d, lit))
+        used_prev = used_now
+    return out
