@@ -13,9 +13,9 @@ import heapq
 
 import numpy as np
 
-from ..problems.placement import Placement, PlacementInfeasibleError, PlacementProblem
+from ..problems import Placement, PlacementInfeasibleError, PlacementProblem
 
-__all__ = ["mean_costs", "list_schedule", "critical_path_list", "heft"]
+__all__ = ["mean_costs", "upward_rank", "list_schedule", "critical_path_list", "heft"]
 
 
 def mean_costs(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray]:
@@ -140,6 +140,12 @@ def _earliest_gap(starts: list[int], ends: list[int], ready: int, length: int) -
     return t
 
 
+def upward_rank(problem: PlacementProblem) -> np.ndarray:
+    """Each node's bottom level under mean costs (`mean_costs`), its own duration included: HEFT's upward rank."""
+    node_cost, edge_cost = mean_costs(problem)
+    return problem.graph.bottom_level(node_cost, edge_cost)
+
+
 def critical_path_list(problem: PlacementProblem, seed: int = 0) -> Placement:
     """DOPPLER's critical-path teacher: longest remaining path first, each at its earliest finish.
 
@@ -156,9 +162,7 @@ def critical_path_list(problem: PlacementProblem, seed: int = 0) -> Placement:
     -------
     Placement
     """
-    node_cost, edge_cost = mean_costs(problem)
-    prio = problem.graph.bottom_level(node_cost, edge_cost)
-    return list_schedule(problem, prio, insertion=False, method="critical_path_list")
+    return list_schedule(problem, upward_rank(problem), insertion=False, method="critical_path_list")
 
 
 def heft(problem: PlacementProblem, seed: int = 0) -> Placement:
@@ -174,8 +178,6 @@ def heft(problem: PlacementProblem, seed: int = 0) -> Placement:
     -------
     Placement
     """
-    node_cost, edge_cost = mean_costs(problem)
-    rank = problem.graph.bottom_level(node_cost, edge_cost)
     # Every node lasts at least one tick, so rank strictly falls along each edge and taking ready
     # nodes by rank is the same as HEFT's global rank order.
-    return list_schedule(problem, rank, insertion=True, method="heft")
+    return list_schedule(problem, upward_rank(problem), insertion=True, method="heft")
