@@ -614,7 +614,7 @@ def decode_rows(
     PlacementError
         As `decode`: some node's parameters fit only some devices.
     """
-    from .placement_kernel import decode_rows as kernel
+    from .placement_kernel import decode_rows as kernel  # numba: imported (and compiled) at the first decode
 
     greedy = np.asarray(greedy, dtype=np.bool_).reshape(-1)
     if not greedy.all() and rng is None:

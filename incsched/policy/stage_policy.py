@@ -410,7 +410,7 @@ class StagePolicy(nn.Module):
     def _decode_rows(self, problem: StageProblem, gt: GraphTensors | None, greedy: np.ndarray,
                      rng: np.random.Generator | None, temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Run `stage_kernel.decode_rows`: one row per entry of ``greedy`` (sampled rows draw from ``rng``)."""
-        from .stage_kernel import decode_rows
+        from .stage_kernel import decode_rows  # numba: imported (and compiled) at the first decode, not with the policy
 
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")

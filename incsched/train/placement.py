@@ -21,7 +21,15 @@ from ..evaluate.simulate import simulate
 from ..generators import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block
 from ..graph import CompGraph
 from ..problems import Placement, PlacementProblem
-from ..policy.placement_policy import PlacementPolicy, PolicyConfig, Trajectory, decode, placement_inputs
+from ..policy.placement_policy import (
+    DEFAULT_CHECKPOINT,
+    PlacementPolicy,
+    PolicyConfig,
+    Trajectory,
+    decode,
+    placement_inputs,
+    save_placement_policy,
+)
 from .metrics import epoch_row, log_row
 
 __all__ = [
@@ -420,8 +428,6 @@ def main(argv=None) -> None:
     """
     import argparse
     import json
-
-    from ..policy.placement_policy import DEFAULT_CHECKPOINT, save_placement_policy
 
     ap = argparse.ArgumentParser(description="train the placement policy (imitation + REINFORCE)")
     ap.add_argument("--out", default=str(DEFAULT_CHECKPOINT))

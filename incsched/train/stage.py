@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..baselines.stage import best_baseline, contiguous_params
+from ..errors import GraphError
 from ..evaluate.stage import evaluate_stages
 from ..generators.random_dag import icml24_like, layered_dag, respect_like
 from ..jsonio import read_json, write_json
@@ -31,6 +32,9 @@ from .metrics import epoch_row, log_row
 __all__ = ["StageTrainConfig", "training_problems", "exact_labels", "train_stage_policy"]
 
 log = logging.getLogger(__name__)
+
+# torch comes with incsched.policy, imported inside the functions that train: generating the
+# problems and their CP-SAT labels needs none.
 
 LABEL_FORMAT = "incsched.stage_labels"
 LABEL_VERSION = 1
@@ -135,8 +139,6 @@ def training_problems(config: StageTrainConfig) -> list[StageProblem]:
 
 def _icml24_graph(n: int, sparse: bool, seed: int):
     # icml24_like can draw a duplicate edge on small graphs (GraphError); the next seed is taken then.
-    from ..errors import GraphError
-
     for attempt in range(20):
         try:
             return icml24_like(n, sparse=sparse, seed=seed + attempt)
