@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import FormatError
-from .errors import PlacementError
+from .errors import PlacementError, check_document
 
 if TYPE_CHECKING:
     from .placement import PlacementProblem
@@ -141,13 +140,7 @@ class Placement:
 
     @classmethod
     def from_json(cls, data: Any, *, source: str = "placement") -> Placement:
-        if not isinstance(data, dict) or data.get("format") != PLACEMENT_FORMAT:
-            raise FormatError(f"{source}: not an incsched placement (expected format {PLACEMENT_FORMAT!r})")
-        if data.get("version") != PLACEMENT_VERSION:
-            raise FormatError(f"{source}: placement version {data.get('version')!r} is not supported (expected {PLACEMENT_VERSION})")
-        for key in ("device", "order"):
-            if key not in data:
-                raise FormatError(f"{source}: missing field {key!r}")
+        check_document(data, format=PLACEMENT_FORMAT, version=PLACEMENT_VERSION, fields=("device", "order"), noun="placement", source=source)
         return cls(data["device"], data["order"], start=data.get("start"), method=data.get("method", ""))
 
     def __eq__(self, other: object) -> bool:

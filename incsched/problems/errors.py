@@ -1,14 +1,18 @@
 """Errors of the two problems and their answers, raised at construction with the offending name.
 
 Malformed input is a ``ValueError`` (`ProblemError`, `PlacementError`); a well-formed problem that
-no answer can satisfy says why and where (`InfeasibleProblem`, `PlacementInfeasibleError`).
+no answer can satisfy says why and where (`InfeasibleProblem`, `PlacementInfeasibleError`); a file
+that is not the document it should be is a `FormatError` (`check_document`).
 """
 
 from __future__ import annotations
 
-from ..errors import IncschedError
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["ProblemError", "InfeasibleProblem", "PlacementError", "PlacementInfeasibleError"]
+from ..errors import FormatError, IncschedError
+
+__all__ = ["ProblemError", "InfeasibleProblem", "PlacementError", "PlacementInfeasibleError", "check_document"]
 
 
 class ProblemError(IncschedError, ValueError):
@@ -34,3 +38,27 @@ class PlacementInfeasibleError(PlacementError):
     def __init__(self, message: str, node: str | None = None):
         super().__init__(message)
         self.node = node
+
+
+def check_document(data: Any, *, format: str, version: int, fields: Iterable[str], noun: str, source: str) -> None:
+    """Raise `FormatError` unless ``data`` is a ``format`` document of ``version`` with ``fields``.
+
+    Every problem and answer reads its JSON form through this, so the three refusals (another
+    format, another version, a missing field) read alike and name ``source``.
+
+    Examples
+    --------
+    >>> check_document({"format": "x", "version": 2}, format="x", version=1, fields=(), noun="x file", source="f.json")
+    Traceback (most recent call last):
+    ...
+    incsched.errors.FormatError: f.json: x file version 2 is not supported (expected 1)
+    """
+    if not isinstance(data, dict) or data.get("format") != format:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        article = "an" if noun[0] in "aeiou" else "a"
+        raise FormatError(f"{source}: not {article} {noun} (format is {found!r}, expected {format!r})")
+    if data.get("version") != version:
+        raise FormatError(f"{source}: {noun} version {data.get('version')!r} is not supported (expected {version})")
+    for key in fields:
+        if key not in data:
+            raise FormatError(f"{source}: missing field {key!r}")

@@ -31,7 +31,7 @@ from ..formats import graph_from_dict, graph_to_dict
 from ..graph import CompGraph
 from ..jsonio import read_json, write_json
 from .devices import Device, Links, identical_device_groups
-from .errors import PlacementError, PlacementInfeasibleError
+from .errors import PlacementError, PlacementInfeasibleError, check_document
 from .units import auto_time_unit, finest_time_unit
 
 # Moved to answers.py; still importable from here only for the files other engineers are editing
@@ -342,14 +342,7 @@ class PlacementProblem:
         PlacementError, GraphError
             The file is well-formed but describes an invalid problem.
         """
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise FormatError(f"{source}: not an incsched placement problem (format is {found!r}, expected {FORMAT!r})")
-        if data.get("version") != VERSION:
-            raise FormatError(f"{source}: placement problem version {data.get('version')!r} is not supported (expected {VERSION})")
-        for key in ("graph", "devices"):
-            if key not in data:
-                raise FormatError(f"{source}: missing field {key!r}")
+        check_document(data, format=FORMAT, version=VERSION, fields=("graph", "devices"), noun="placement problem", source=source)
         graph = graph_from_dict(data["graph"], source=source)
         try:
             devices = [Device(**{k: d[k] for k in ("name", "kind", "speed", "memory") if k in d}) for d in data["devices"]]

@@ -53,7 +53,7 @@ from ..errors import FormatError
 from ..formats.json_graph import graph_from_dict, graph_to_dict
 from ..graph import MAX_EXACT_FLOAT_INT, MAX_TOTAL_BYTES, CompGraph
 from ..jsonio import read_json, write_json
-from .errors import InfeasibleProblem, ProblemError
+from .errors import InfeasibleProblem, ProblemError, check_document
 from .units import FINEST_TIME_UNIT, MIN_WORK_TICKS, auto_time_unit
 
 __all__ = [
@@ -560,14 +560,7 @@ class StageProblem:
         ProblemError, GraphError
             The file is well-formed but describes an invalid problem or graph.
         """
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise FormatError(f"{source}: not a stage problem (format is {found!r}, expected {FORMAT!r})")
-        if data.get("version") != VERSION:
-            raise FormatError(f"{source}: stage problem version {data.get('version')!r} is not supported (expected {VERSION})")
-        for key in ("graph", "n_stages", "weights"):
-            if key not in data:
-                raise FormatError(f"{source}: missing field {key!r}")
+        check_document(data, format=FORMAT, version=VERSION, fields=("graph", "n_stages", "weights"), noun="stage problem", source=source)
         if not isinstance(data["weights"], dict):
             raise FormatError(f"{source}: field 'weights' must be an object")
         try:
