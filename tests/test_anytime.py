@@ -19,6 +19,8 @@ from incsched.generators import icml24_like, layered_dag
 from incsched.problems import PlacementProblem, StageProblem
 from incsched.solve import SolveArgumentError, solve
 
+pytestmark = pytest.mark.slow  # long solves against the clock, SIGINT, byte-identical reruns
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -47,6 +47,7 @@ def test_batch_resumes_and_redoes_unreadable_results(graph_dir, tmp_path):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_cli_batch_and_solve_round_trip(graph_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["batch", str(graph_dir), "-o", str(out), "--devices", "2", "--bandwidth", "1e9", "--time-limit", "5"]) == 1

@@ -16,7 +16,10 @@ import pytest
 from incsched import save_graph
 from incsched.generators import layered_dag
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers"),
+    pytest.mark.slow,  # real worker processes, killed and interrupted
+]
 
 REPO = Path(__file__).resolve().parents[1]
 

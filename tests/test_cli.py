@@ -109,6 +109,7 @@ def test_shipped_graph_info(capsys):
     assert "total parameters" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["threads", "pipelining"])
 def test_validate_executes_a_solved_result(tmp_path, capsys, runtime):
     graph = REPO / "data" / "graphs" / "resnet18.json.gz"
@@ -127,6 +128,7 @@ def test_validate_executes_a_solved_result(tmp_path, capsys, runtime):
     assert data["predicted"]["latency_s"] == pytest.approx(float(load_graph(graph).time("cpu").sum()))
 
 
+@pytest.mark.slow
 def test_validate_rejects_a_result_for_another_model(tmp_path, capsys):
     result = tmp_path / "r.json"
     assert main(["solve", str(REPO / "data/graphs/resnet18.json.gz"), "--stages", "2", "--method", "asap", "--json", str(result)]) == 0
@@ -135,6 +137,7 @@ def test_validate_rejects_a_result_for_another_model(tmp_path, capsys):
     assert "assigns 69 nodes" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_profile_solve_validate_loop(tmp_path, capsys):
     """Calibrate on two CPU workers, solve the placement on the measured devices, execute it."""
     graph, links, result = tmp_path / "g.json.gz", tmp_path / "links.json", tmp_path / "r.json"

@@ -269,6 +269,7 @@ print("RL_INFERENCE_WITHOUT_TORCH_GEOMETRIC", type(stage_policy.encoder.layers[0
 """
 
 
+@pytest.mark.slow
 @SHIPPED
 def test_inference_in_a_fresh_process_does_not_import_torch_geometric():
     run = subprocess.run([sys.executable, "-c", INFERENCE_SCRIPT, str(ROOT / "data" / "graphs" / "resnet18.json.gz")],

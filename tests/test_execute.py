@@ -36,9 +36,10 @@ from incsched.execute import (
     validate_result,
     validate_stages,
 )
-from incsched.problems import StageProblem
-from incsched.problems import Links, Placement
+from incsched.problems import Links, Placement, StageProblem
 from incsched.solve import solve
+
+pytestmark = pytest.mark.slow  # runs captured models split into parts
 
 
 def _stages(cap, K):

@@ -31,6 +31,8 @@ from incsched.formats import load_graph, save_graph
 from incsched.graph import CompGraph
 from incsched.problems import Links, PlacementProblem
 
+pytestmark = pytest.mark.slow  # measures node and link times by running them
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():

@@ -22,8 +22,9 @@ from incsched.execute import (
     validate_placement,
     validate_stages,
 )
-from incsched.problems import StageProblem
-from incsched.problems import Placement
+from incsched.problems import Placement, StageProblem
+
+pytestmark = pytest.mark.slow  # runs captured models over threads and processes
 
 
 class Skip(torch.nn.Module):

@@ -824,12 +824,14 @@ def fuzz(max_examples: int) -> settings:
     return settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
+@pytest.mark.slow
 @fuzz(800)
 @given(cli_cases())
 def test_cli_never_crashes(case):
     assert_sound(case)
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(st.tuples(malformed_json_files(), st.sampled_from(["info", "solve"])))
 def test_malformed_json_graph_files(arg):
@@ -838,6 +840,7 @@ def test_malformed_json_graph_files(arg):
     assert_sound(Case("cli", tuple(argv), (("g" + suffix, raw),)))
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(malformed_gml_files())
 def test_malformed_gml_files(arg):
@@ -845,6 +848,7 @@ def test_malformed_gml_files(arg):
     assert_sound(Case("cli", ("graph", "convert", "{dir}/g" + suffix, "{dir}/out.json"), (("g" + suffix, raw),)))
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(malformed_csv_files())
 def test_malformed_csv_tables(arg):
@@ -853,6 +857,7 @@ def test_malformed_csv_tables(arg):
     assert_sound(Case("cli", argv, (("n.csv", nodes), ("e.csv", edges))))
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(stage_oracle_cli_cases())
 def test_cli_optimal_is_the_brute_force_optimum(case):
@@ -861,6 +866,7 @@ def test_cli_optimal_is_the_brute_force_optimum(case):
         assert out.result is not None and out.result["status"] in ("optimal", "feasible", "window_optimal", "infeasible", "unknown")
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(stage_oracle_api_cases())
 def test_solve_optimal_is_the_brute_force_optimum(case):

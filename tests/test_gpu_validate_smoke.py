@@ -6,6 +6,11 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+# The whole pipeline (capture, solve, execute, profile): part of `make test`, not of `-m "not slow"`.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validate.py"
 
 

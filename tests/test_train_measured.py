@@ -12,6 +12,8 @@ from incsched.policy.placement_policy import PlacementPolicy, PolicyConfig
 from incsched.train.measured import FinetuneConfig, MeasuredMakespan, finetune_on_measured
 from incsched.train.placement import PlacementTrainConfig, reinforce_step
 
+pytestmark = pytest.mark.slow  # fine-tunes on measured executions
+
 torch.set_num_threads(1)
 DEVICES = ["cpu", "cpu"]
 

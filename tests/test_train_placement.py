@@ -20,6 +20,8 @@ from incsched.train.placement import (
     training_problems,
 )
 
+pytestmark = pytest.mark.slow  # trains the placement policy
+
 torch.set_num_threads(1)
 
 TINY = PlacementTrainConfig(

@@ -11,6 +11,8 @@ from incsched.baselines.stage import pipedream_dp
 from incsched.evaluate.stage import evaluate_stages
 from incsched.train.stage import StageTrainConfig, train_stage_policy, training_problems
 
+pytestmark = pytest.mark.slow  # trains the stage policy
+
 torch.set_num_threads(1)
 
 TINY = StageTrainConfig(
