@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
+
 from .errors import IncschedError, UnknownNameError
 from .inc_ilp import placement as placement_pipeline
 from .inc_ilp import stage as stage_pipeline
@@ -96,7 +98,8 @@ def solve(
     UnknownNameError
         Unknown method or pre-scheduler.
     SolveArgumentError
-        A limit that is not a positive finite number, or fewer than one worker.
+        A limit that is not a positive finite number, a seed outside 0 .. 2**31-1, or fewer than
+        one worker.
     SolverDisagreement
         If a back end's answer fails the independent check (a bug; never returned silently).
 
@@ -121,6 +124,9 @@ def solve(
     _check_limit("time_limit", time_limit)
     if work_limit is not None:
         _check_limit("work_limit", work_limit)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**31:
+        raise SolveArgumentError(f"seed must be a whole number in 0 .. 2**31-1 (CP-SAT's range), got {seed!r}")
+    seed = int(seed)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise SolveArgumentError(f"workers must be a whole number of at least 1, got {workers!r}")
 
@@ -169,8 +175,10 @@ def _certify(ctx: Context, kind: str, method: str) -> Result:
     objective, status, reason = None, "unknown", None
     if ctx.infeasible_reason is not None and ctx.best is None:
         status, reason = "infeasible", ctx.infeasible_reason
+    elif ctx.best is None and method not in METHODS:
+        reason = f"{method}'s answer breaks a hard constraint (a capacity or a device's memory)"
     elif ctx.best is None:
-        reason = f"no answer before the run stopped ({ctx.stopped() or 'work'})"
+        reason = f"no feasible answer found before the run stopped ({_stop_reason(ctx, method, False)})"
     elif kind == "stage":
         ev = evaluate_stages(p, ctx.best)
         if not ev.feasible:

@@ -939,8 +939,6 @@ def test_fractional_portfolio_scores_are_written(tmp_path):
     assert exact_value(out.result, "objective") == Fraction(2_199_023_254_271, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="solve() hands seeds outside 0..2**31-1 (and floats) to CP-SAT and numpy unchecked "
-                   "(TypeError 'incompatible function arguments' / ValueError); incsched/solve.py should refuse them")
 @pytest.mark.parametrize("seed", [-1, 2**31, 1.5])
 def test_solve_refuses_a_seed_cpsat_cannot_take(seed):
     graph = dict(names=["a", "b"], src=["a"], dst=["b"], param_bytes=[3, 4], out_bytes=[1, 0])

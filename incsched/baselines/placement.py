@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..problems.placement import Placement, PlacementInfeasibleError, PlacementProblem
+from ..problems import Placement, PlacementInfeasibleError, PlacementProblem
 from .list_scheduling import critical_path_list, heft, list_schedule, mean_costs
 from .placement_local import local_search
 

@@ -63,8 +63,9 @@ PROOF_PROBES = 4
 def make_check(problem: PlacementProblem):
     """The independent simulator as ``check(placement, claimed=None) -> makespan``.
 
-    The placement runs in its solved order; a makespan other than the solver's claim, or a device
-    over its memory, raises `SolverDisagreement`.
+    The placement runs in its solved order; a makespan other than the solver's claim, or a solver's
+    placement over a device's memory, raises `SolverDisagreement`; a heuristic's placement over a
+    device's memory gives None (never kept).
     """
 
     def check(placement: Placement, claimed=None) -> int:
@@ -72,7 +73,9 @@ def make_check(problem: PlacementProblem):
         if claimed is not None and sched.makespan != claimed:
             raise SolverDisagreement(f"CP-SAT claimed makespan {claimed} but the simulator finds {sched.makespan}")
         if not sched.memory_ok:
-            raise SolverDisagreement(f"placement exceeds device memory: {sched.memory_violations}")
+            if claimed is not None:
+                raise SolverDisagreement(f"placement exceeds device memory: {sched.memory_violations}")
+            return None  # a heuristic over a device's memory: never kept
         return int(sched.makespan)
 
     return check
@@ -149,6 +152,10 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
         run_prescheduler(ctx, preschedule, PLACEMENT_PRESCHEDULERS)
     else:
         portfolio(ctx, "placement")
+    if ctx.best is None:  # no heuristic fits the memories: the exact model may
+        if not ctx.stopped():
+            prove(ctx)
+        return
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
     strengthen_bound(ctx)

@@ -98,7 +98,11 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
         run_prescheduler(ctx, preschedule, STAGE_PRESCHEDULERS)
     else:
         portfolio(ctx, "stage")
-    if ctx.best is None or ctx.stopped() or ctx.best_value <= ctx.lower_bound:
+    if ctx.best is None:  # no heuristic meets the capacities: the exact model may
+        if not ctx.stopped():
+            prove(ctx, p, hint=None)
+        return
+    if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
     if p.graph.n_nodes * p.n_stages > BAND_MIN_PAIRS:
         if not bands(ctx):

@@ -34,10 +34,6 @@ from .devices import Device, Links, identical_device_groups
 from .errors import PlacementError, PlacementInfeasibleError, check_document
 from .units import auto_time_unit, finest_time_unit
 
-# Moved to answers.py; still importable from here only for the files other engineers are editing
-# as this lands (their import lines now name `incsched.problems`). Delete once they are committed.
-from .answers import Placement, PlacementWindow  # noqa: E402, F401
-
 __all__ = ["PlacementProblem", "FORMAT", "VERSION", "MAX_HORIZON_TICKS", "MAX_DEVICES"]
 
 FORMAT = "incsched.placement_problem"
