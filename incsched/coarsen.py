@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .dag import find_root
 from .errors import GraphError
 from .graph import CompGraph
 
@@ -189,13 +190,13 @@ def fuse_trivial(graph: CompGraph, trivial_ops: frozenset[str] | set[str] = TRIV
     indeg = graph.in_degree
     for v in graph.topological_order().tolist():
         if trivial[v] and indeg[v] == 1:
-            parent[v] = _find(parent, int(graph.predecessors(v)[0]))
+            parent[v] = find_root(parent, int(graph.predecessors(v)[0]))
     src, dst = graph.src.tolist(), graph.dst.tolist()
     changed = True
     while changed:
         changed = False
         for ends_from, ends_to in ((dst, src), (src, dst)):  # first by inputs, then by outputs
-            root = [_find(parent, v) for v in range(n)]
+            root = [find_root(parent, v) for v in range(n)]
             only_trivial = dict.fromkeys(root, True)
             for v in range(n):
                 only_trivial[root[v]] = only_trivial[root[v]] and trivial[v]
@@ -207,7 +208,7 @@ def fuse_trivial(graph: CompGraph, trivial_ops: frozenset[str] | set[str] = TRIV
                 if only_trivial[r] and len(nbrs) == 1:
                     parent[r] = next(iter(nbrs))
                     changed = True
-    return quotient(graph, [_find(parent, v) for v in range(n)], label="trivial")
+    return quotient(graph, [find_root(parent, v) for v in range(n)], label="trivial")
 
 
 def fuse_chains(graph: CompGraph) -> CompGraph:
@@ -231,10 +232,10 @@ def fuse_chains(graph: CompGraph) -> CompGraph:
     parent = list(range(n))
     chain = (graph.out_degree[graph.src] == 1) & (graph.in_degree[graph.dst] == 1)
     for u, v in zip(graph.src[chain].tolist(), graph.dst[chain].tolist()):
-        ru, rv = _find(parent, u), _find(parent, v)
+        ru, rv = find_root(parent, u), find_root(parent, v)
         if ru != rv:
             parent[rv] = ru
-    return quotient(graph, [_find(parent, v) for v in range(n)], label="chains")
+    return quotient(graph, [find_root(parent, v) for v in range(n)], label="chains")
 
 
 def group_by_module(
@@ -352,15 +353,6 @@ def coarsen(graph: CompGraph, how: str, *, scopes: Sequence[str] | Mapping[str, 
 
 
 # ---------------------------------------------------------------------- internals
-
-
-def _find(parent: list[int], v: int) -> int:
-    root = v
-    while parent[root] != root:
-        root = parent[root]
-    while parent[v] != root:
-        parent[v], v = root, parent[v]
-    return root
 
 
 def _labels_per_node(graph: CompGraph, group_of) -> list[Hashable]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .graph import CompGraph
 
 __all__ = [
+    "find_root",
     "topological_order",
     "asap_level",
     "alap_level",
@@ -285,3 +286,22 @@ def _path_lengths(graph: CompGraph, node_weight, edge_weight, reverse: bool) -> 
         dist[v] = best + (w[v] if reverse else 0.0)
         parent[v] = arg
     return np.asarray(dist), np.asarray(parent, dtype=np.int64)
+
+
+def find_root(parent: list[int], v: int) -> int:
+    """The representative of ``v``'s set in a union-find forest, compressing the path to it.
+
+    The one union-find of the package: node groups when coarsening, weakly connected parts of a
+    segment, interchangeable devices. Join two sets with ``parent[find_root(parent, a)] =
+    find_root(parent, b)``.
+
+    >>> parent = [0, 0, 1, 3]
+    >>> find_root(parent, 2), parent
+    (0, [0, 0, 0, 3])
+    """
+    root = v
+    while parent[root] != root:
+        root = parent[root]
+    while parent[v] != root:
+        parent[v], v = root, parent[v]
+    return root

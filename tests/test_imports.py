@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("incsched", "solvers")
 
 #: What a module under ``solvers/`` may import from ``incsched``: problem and answer types, plain data.
-SOLVERS_MAY_IMPORT = ("incsched.problems", "incsched.result", "incsched.errors", "incsched.graph")
+SOLVERS_MAY_IMPORT = ("incsched.problems", "incsched.result", "incsched.errors", "incsched.graph", "incsched.dag")
 
 def _modules() -> dict[str, Path]:
     """Dotted name -> file, for every module of the two packages."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dag import find_root
 from .errors import PlacementError
 
 __all__ = ["Device", "Links", "identical_device_groups"]
@@ -180,12 +181,6 @@ def identical_device_groups(devices: Sequence[Device], links: Links) -> tuple[tu
     D = len(devices)
     parent = list(range(D))
 
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
     attrs = [(d.kind, d.speed, d.memory) for d in devices]
     if links.uniform:
         # Uniform links: only kind, speed and memory tell devices apart. O(D).
@@ -195,14 +190,14 @@ def identical_device_groups(devices: Sequence[Device], links: Links) -> tuple[tu
     else:
         lat, bw = links.matrices(D)
         for a, b in _twin_candidates(attrs, lat, bw):
-            ra, rb = find(a), find(b)
+            ra, rb = find_root(parent, a), find_root(parent, b)
             # Candidates come from a hash; each is verified exactly, and only while the two
             # devices are not yet known to be together, so at most D - 1 checks succeed.
             if ra != rb and _swappable(devices, lat, bw, a, b):
                 parent[max(ra, rb)] = min(ra, rb)
     groups: dict[int, list[int]] = {}
     for d in range(D):
-        groups.setdefault(find(d), []).append(d)
+        groups.setdefault(find_root(parent, d), []).append(d)
     return tuple(tuple(g) for g in sorted(groups.values()))
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
+from incsched.dag import find_root
 from incsched.problems import PlacementProblem
 from incsched.problems.decompose import subproblem
 
@@ -510,20 +511,14 @@ def _identical_branches(g, entry: int, exit_: int, dur, t) -> dict:
     """
     parent = list(range(g.n_nodes))
 
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
     for k in range(g.n_edges):
         u, v = int(g.src[k]), int(g.dst[k])
         if entry not in (u, v) and exit_ not in (u, v):
-            parent[find(u)] = find(v)
+            parent[find_root(parent, u)] = find_root(parent, v)
     parts: dict[int, list[int]] = {}
     for v in g.topological_order().tolist():
         if v not in (entry, exit_):
-            parts.setdefault(find(v), []).append(v)
+            parts.setdefault(find_root(parent, v), []).append(v)
     groups: dict = {}
     for nodes in parts.values():
         local = {v: i for i, v in enumerate(nodes)}
