@@ -451,6 +451,9 @@ def _check_names(names: Iterable[str]) -> tuple[str, ...]:
             raise GraphError(f"node {i} has a name of type {type(nm).__name__} ({nm!r}); names must be strings")
         if not nm:
             raise GraphError(f"node {i} has an empty name")
+        if "\x00" in nm or any("\ud800" <= c <= "\udfff" for c in nm):
+            # Files refuse them too: no reader or writer can round-trip such a name.
+            raise GraphError(f"node {i} has a name with a NUL or a lone surrogate ({nm!r})")
         if nm in seen:
             raise GraphError(f"duplicate node name {nm!r} (nodes {seen[nm]} and {i})")
         seen[nm] = i

@@ -441,3 +441,9 @@ def test_100k_node_graph_builds_and_validates():
     cyc = [g.index(v) for v in err.value.cycle]
     edges = set(zip(src.tolist(), dst.tolist()))
     assert all((cyc[k], cyc[(k + 1) % len(cyc)]) in edges for k in range(len(cyc)))
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "x\ud800"])
+def test_names_no_file_can_hold_are_refused_at_construction(name):
+    with pytest.raises(GraphError, match="NUL or a lone surrogate"):
+        CompGraph([name], [], [])

@@ -304,3 +304,11 @@ def test_device_memory_compares_exactly():
         PlacementProblem(g, [Device("d0", memory=2**53)])
     p = PlacementProblem(g, [Device("d0", memory=2**53), Device("d1", memory=2**80)])
     assert p.allowed_devices().tolist() == [[False, True], [True, True]]
+
+
+@pytest.mark.parametrize("bad", [[1], {"latency": 0, "bw": 1}, {"bandwidth": [1, 2]}])
+def test_malformed_links_are_refused_with_one_line(bad):
+    from incsched.problems import Links, PlacementError
+
+    with pytest.raises(PlacementError, match="links"):
+        Links.from_dict(bad)

@@ -146,12 +146,12 @@ class Context:
         if self._timer is not None:
             self._timer.cancel()
 
-    def settings(self, work: float | None = None) -> SolverSettings:
+    def settings(self, work: float | None = None, *, workers: int | None = None) -> SolverSettings:
         """Settings of one CP-SAT call allowed ``work`` (None: all that is left of the budget).
 
         Deterministic mode: one worker bounded by deterministic time, the clock as its wall cap
         (a call the clock cuts is marked, and the run is then not reproducible). Otherwise
-        ``workers`` in parallel and ``work`` read as wall seconds.
+        ``workers`` (default the run's) in parallel and ``work`` read as wall seconds.
         """
         cap = self.work_left() if work is None else min(work, self.work_left())
         wall = max(self.wall_left(), 1e-3)
@@ -162,7 +162,7 @@ class Context:
             )
         return SolverSettings(
             time_limit=max(min(cap, wall), 1e-3), deterministic=False, seed=self.seed,
-            workers=self.workers, probing_level=self.probing_level, stop=self.stop,
+            workers=self.workers if workers is None else min(workers, self.workers), probing_level=self.probing_level, stop=self.stop,
         )
 
     def charge(self, out: SolverOutput) -> None:

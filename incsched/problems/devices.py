@@ -116,8 +116,15 @@ class Links:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Links:
+        if not isinstance(data, Mapping):
+            raise PlacementError(f"links must be an object with latency and bandwidth, got {type(data).__name__}")
+        unknown = set(data) - {"latency", "bandwidth"}
+        if unknown:
+            raise PlacementError(f"links: unknown field(s) {sorted(unknown)}; expected latency and bandwidth")
         bw = data.get("bandwidth")
         if isinstance(bw, list):
+            if not all(isinstance(row, list) for row in bw):
+                raise PlacementError("links: bandwidth must be a number or a list of rows (lists)")
             bw = [[math.inf if x is None else x for x in row] for row in bw]
         return cls(latency=data.get("latency", 0.0), bandwidth=bw)
 
