@@ -148,7 +148,6 @@ def windows(ctx: Context, radius: int) -> bool:
             return True
         if out.status != "optimal":
             return False  # the window alone is too hard for its share: the full model takes over
-        ctx.window_optimal = not improved or ctx.best_value == out.objective
         if not improved and not _touches_edge(out.assignment, window, p.n_stages):
             return False
         r *= 2
