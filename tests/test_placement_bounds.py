@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
@@ -26,6 +25,7 @@ from incsched.placement_bounds import (
 )
 from incsched.problems import Device, Links, Placement, PlacementProblem
 from solvers import SolverSettings
+from oracles import brute_force_makespan
 
 EXACT = SolverSettings(time_limit=20.0, max_deterministic_time=10.0)
 
@@ -55,22 +55,6 @@ def problems(draw, max_nodes=5, max_devices=3, hetero=True):
         latency = np.array(draw(st.lists(st.sampled_from([0.0, 1.0, 3.0]), min_size=D * D, max_size=D * D)), float).reshape(D, D)
         bandwidth = np.array(draw(st.lists(st.sampled_from([5.0, 10.0, 40.0]), min_size=D * D, max_size=D * D)), float).reshape(D, D)
     return make_problem(n, edges, secs, out, D=D, speeds=speeds, latency=latency, bandwidth=bandwidth)
-
-
-def brute_force_makespan(p: PlacementProblem) -> int:
-    """Optimum by enumeration: every semi-active schedule is some assignment plus a global node order."""
-    n, D = p.n_nodes, p.n_devices
-    g = p.graph
-    best = None
-    for perm in itertools.permutations(range(n)):
-        pos = np.empty(n, dtype=np.int64)
-        pos[list(perm)] = np.arange(n)
-        if g.n_edges and np.any(pos[g.src] > pos[g.dst]):
-            continue
-        for dev in itertools.product(range(D), repeat=n):
-            m = simulate(p, Placement.from_assignment(dev, D, priority=pos)).makespan
-            best = m if best is None else min(best, m)
-    return best
 
 
 def every_bound(p: PlacementProblem) -> dict[str, int]:

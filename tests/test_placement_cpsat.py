@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from incsched.graph import CompGraph
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import Device, Links, Placement, PlacementProblem, PlacementWindow
 from solvers import SolverSettings
+from oracles import brute_force_makespan
 
 FAST = SolverSettings(time_limit=5.0, max_deterministic_time=2.0)
 
@@ -36,22 +36,6 @@ def problems(draw, max_nodes=7, max_devices=3):
     D = draw(st.integers(1, max_devices))
     speeds = draw(st.lists(st.sampled_from([1.0, 1.0, 2.0]), min_size=D, max_size=D))
     return small_problem(n, edges, secs, out, D=D, speeds=speeds, latency=draw(st.sampled_from([0.0, 1.0])))
-
-
-def brute_force_makespan(p: PlacementProblem) -> int:
-    """Optimum by enumeration: every semi-active schedule is some assignment plus a global node order."""
-    n, D = p.n_nodes, p.n_devices
-    g = p.graph
-    best = None
-    for perm in itertools.permutations(range(n)):
-        pos = np.empty(n, dtype=np.int64)
-        pos[list(perm)] = np.arange(n)
-        if g.n_edges and np.any(pos[g.src] > pos[g.dst]):
-            continue
-        for dev in itertools.product(range(D), repeat=n):
-            m = simulate(p, Placement.from_assignment(dev, D, priority=pos)).makespan
-            best = m if best is None else min(best, m)
-    return best
 
 
 def test_fork_hand_computed():
