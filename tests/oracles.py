@@ -1,4 +1,4 @@
-"""Brute-force optima the tests judge solvers and bounds by (small instances only)."""
+"""Small placement problems and the brute-force optima the tests judge solvers and bounds by."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import itertools
 import numpy as np
 
 from incsched.evaluate import simulate
-from incsched.problems import Placement, PlacementProblem
+from incsched.graph import CompGraph
+from incsched.problems import Device, Links, Placement, PlacementProblem
+
+
+def small_placement_problem(n, edges, secs, out, *, D=2, speeds=None, latency=0.0, bandwidth=10.0, memory=None, params=None):
+    """Nodes n0.., edges as index pairs, CPU seconds per node, output bytes; D devices, one tick a second."""
+    g = CompGraph([f"n{i}" for i in range(n)], [u for u, _ in edges], [v for _, v in edges], out_bytes=out,
+                  param_bytes=params, compute_time={"cpu": [float(x) for x in secs]})
+    speeds = speeds or [1.0] * D
+    devices = [Device(f"d{i}", speed=speeds[i], memory=memory) for i in range(D)]
+    return PlacementProblem(g, devices, Links(latency=latency, bandwidth=bandwidth), time_unit=1.0)
 
 
 def brute_force_makespan(p: PlacementProblem) -> int:

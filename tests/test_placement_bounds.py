@@ -23,19 +23,14 @@ from incsched.placement_bounds import (
     transfer_heads,
     transfer_tails,
 )
-from incsched.problems import Device, Links, Placement, PlacementProblem
+from incsched.problems import Placement, PlacementProblem
 from solvers import SolverSettings
-from oracles import brute_force_makespan
+from oracles import brute_force_makespan, small_placement_problem
 
 EXACT = SolverSettings(time_limit=20.0, max_deterministic_time=10.0)
 
 
-def make_problem(n, edges, secs, out, *, D=2, speeds=None, latency=0.0, bandwidth=10.0, memory=None, params=None):
-    g = CompGraph([f"n{i}" for i in range(n)], [u for u, _ in edges], [v for _, v in edges], out_bytes=out,
-                  param_bytes=params, compute_time={"cpu": [float(s) for s in secs]})
-    speeds = speeds or [1.0] * D
-    devices = [Device(f"d{i}", speed=speeds[i], memory=memory) for i in range(D)]
-    return PlacementProblem(g, devices, Links(latency=latency, bandwidth=bandwidth), time_unit=1.0)
+make_problem = small_placement_problem
 
 
 @st.composite

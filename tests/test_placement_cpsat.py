@@ -14,17 +14,12 @@ from incsched.graph import CompGraph
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import Device, Links, Placement, PlacementProblem, PlacementWindow
 from solvers import SolverSettings
-from oracles import brute_force_makespan
+from oracles import brute_force_makespan, small_placement_problem
 
 FAST = SolverSettings(time_limit=5.0, max_deterministic_time=2.0)
 
 
-def small_problem(n, edges, secs, out, D=2, speeds=None, latency=0.0, bandwidth=10.0, params=None, memory=None):
-    g = CompGraph([f"n{i}" for i in range(n)], [u for u, _ in edges], [v for _, v in edges], out_bytes=out,
-                  param_bytes=params, compute_time={"cpu": [float(s) for s in secs]})
-    speeds = speeds or [1.0] * D
-    devices = [Device(f"d{i}", speed=speeds[i], memory=memory) for i in range(D)]
-    return PlacementProblem(g, devices, Links(latency=latency, bandwidth=bandwidth), time_unit=1.0)
+small_problem = small_placement_problem
 
 
 @st.composite

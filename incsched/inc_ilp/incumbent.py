@@ -41,6 +41,9 @@ PLACEMENT_PRESCHEDULERS: dict[str, Callable] = {**PLACEMENT_BASELINES, "rl": _po
 #: The stage portfolio: every baseline is a few milliseconds to a second on 1,000 nodes.
 _STAGE_PORTFOLIO = ("contiguous_params", "contiguous_compute", "pipedream_dp", "dp_local_search", "asap", "alap")
 
+#: Candidates that polish another's answer, given it when it ran already (the DP runs once, not twice).
+_STARTS_FROM = {"dp_local_search": "pipedream_dp"}
+
 #: The placement portfolio: the two list schedulers; local search then improves the best of all.
 _PLACEMENT_PORTFOLIO = ("heft", "critical_path_list")
 
@@ -90,8 +93,8 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     skipped = None
     if ctx.time_limit >= POLICY_MIN_SECONDS:
         names += _SLOW_CANDIDATES[kind]
-    if policy and ctx.time_limit >= POLICY_MIN_SECONDS:
-        names.insert(0, "rl")
+        if policy:
+            names.insert(0, "rl")
     elif policy:
         skipped = f"learned policy skipped: time_limit {ctx.time_limit:g} s is below the {POLICY_MIN_SECONDS:g} s its first load may take"
     n_nodes = ctx.problem.graph.n_nodes
@@ -99,12 +102,16 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     too_slow = [name for name in names if name not in affordable]
     if too_slow:
         skipped = (skipped + "; " if skipped else "") + f"skipped as too slow for {n_nodes} nodes in {ctx.time_limit:g} s: {', '.join(too_slow)}"
-    scores = {}
+    scores, answers = {}, {}
     with ctx.timed("preschedule"):
         for name in affordable:
             if ctx.stopped():
                 break
-            answer = table[name](ctx.problem, ctx.seed)
+            if name in _STARTS_FROM and _STARTS_FROM[name] in answers:
+                answer = table[name](ctx.problem, ctx.seed, start=answers[_STARTS_FROM[name]])
+            else:
+                answer = table[name](ctx.problem, ctx.seed)
+            answers[name] = answer
             scores[name] = value = ctx.check(answer)
             ctx.improve(answer, value, f"preschedule:{name}")
         if kind == "placement" and ctx.best is not None and not ctx.stopped():
