@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-RUN_GRAPH ?= data/graphs/resnet50.json.gz
+RUN_GRAPH ?= resnet50
 
 .PHONY: run test install graphs clean
 
@@ -26,9 +26,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# Re-capture every shipped graph in data/graphs from the real models (random weights, offline).
+# Re-capture every shipped graph in incsched/data/graphs from the real models (random weights, offline).
 graphs: $(STAMP)
-	$(PY) scripts/capture_shipped_graphs.py --out data/graphs
+	$(PY) scripts/capture_shipped_graphs.py --out incsched/data/graphs
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,7 +16,7 @@ after), the library versions and markdown tables; ``--json OUT`` writes the same
         python benchmarks/anytime.py placement --time-limit 60 --json placement.json
         python benchmarks/anytime.py placement --time-limit 60 --deterministic      # 1 worker
 
-(b) Stage, shipped graphs (data/graphs, peer objective alpha=100, K in {2, 4, 8}): inc-ilp against
+(b) Stage, shipped graphs (incsched/data/graphs, peer objective alpha=100, K in {2, 4, 8}): inc-ilp against
     the cold full model ``ilp``, interleaved instance by instance (which runs first alternates).
     Targets: inc-ilp optimal on all; cold ilp's total wall / inc-ilp's total wall >= 5.
 
@@ -95,7 +95,7 @@ from incsched.result import library_versions  # noqa: E402
 from incsched.solve import solve  # noqa: E402
 
 ICML = REPO.parent / "shared" / "benchmarks" / "icml24"
-SHIPPED = REPO / "data" / "graphs"
+SHIPPED = REPO / "incsched" / "data" / "graphs"
 
 #: (a) DOPPLER-shaped graphs, 84-324 ops (the issue's were 76-367).
 PLACEMENT_GRAPHS = {

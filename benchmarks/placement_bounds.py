@@ -28,7 +28,7 @@ from incsched.evaluate.simulate import simulate  # noqa: E402
 from incsched.generators import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block  # noqa: E402
 from incsched.placement_bounds import placement_bound_cpsat, placement_bound_details  # noqa: E402
 from incsched.problems.placement import PlacementProblem  # noqa: E402
-from solvers import SolverSettings  # noqa: E402
+from incsched.solvers import SolverSettings  # noqa: E402
 
 GRAPHS = {
     "transformer_1b": lambda: transformer_block(),

@@ -13,7 +13,7 @@ optimum proven segment by segment:
   restricting a schedule to a segment and shifting it gives a schedule of the segment's problem,
   and edges that skip a cut node (residual inputs) only add constraints. So
   ``optimum >= sum(segment lower bounds) - (segments with an entry)``.
-* Each segment's lower bound is the largest makespan ``solvers.cpsat.placement_segments.segment_proof_bound``
+* Each segment's lower bound is the largest makespan ``incsched.solvers.cpsat.placement_segments.segment_proof_bound``
   refutes: CP-SAT proves the strengthened decision model (`segment_decision`) infeasible for
   every makespan below it, for the exit on the entry's device and elsewhere. Segments of one or two
   nodes are chains solved exactly. Identical segments (repeated blocks) are proven once.
@@ -45,8 +45,8 @@ from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems.decompose import compose, segments, subproblem
 from incsched.problems import Placement, PlacementProblem
 from incsched.solve import solve
-from solvers import SolverSettings
-from solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
+from incsched.solvers import SolverSettings
+from incsched.solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
 
 GRAPHS = {
     "transformer_block": lambda: transformer_block(),

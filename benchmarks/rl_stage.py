@@ -1,6 +1,6 @@
 """Benchmark: the learned stage pre-scheduler against the heuristics and the exact optimum.
 
-On graphs never seen in training -- the shipped real-model graphs (data/graphs, K in 2/4/8) and a
+On graphs never seen in training -- the shipped real-model graphs (incsched/data/graphs, K in 2/4/8) and a
 held-out generated set (a seed the training config never draws) -- with the peer objective
 (alpha * mem_peak + data-carrying edges crossed), it reports for each instance: the policy's greedy
 decode; "rl" (`preschedule_sampled`: the policy alone, best of its greedy and 16-64 seeded
@@ -46,8 +46,8 @@ from incsched.policy.stage_policy import (  # noqa: E402
     preschedule_sampled,
 )
 from incsched.problems.stage import StageProblem  # noqa: E402
-from solvers import SolverSettings  # noqa: E402
-from solvers.cpsat.stage import solve_stage  # noqa: E402
+from incsched.solvers import SolverSettings  # noqa: E402
+from incsched.solvers.cpsat.stage import solve_stage  # noqa: E402
 
 
 def heldout_problems(n: int, seed: int = 10_007) -> list[StageProblem]:
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = SolverSettings(time_limit=args.time_limit, deterministic=False, workers=args.workers)
     if not args.skip_real:
         rows = []
-        for path in sorted((REPO / "data" / "graphs").glob("*.json.gz")):
+        for path in sorted((REPO / "incsched" / "data" / "graphs").glob("*.json.gz")):
             g = load_graph(path)
             for k in args.ks:
                 rows.append(run_instance(policy, StageProblem.peer(g, n_stages=k, alpha=100), settings))

@@ -1,6 +1,6 @@
 """Benchmark: stage pre-schedulers and the exact CP-SAT model on real and peer graphs.
 
-For each shipped graph (data/graphs/*.json.gz, K in 2/4/8) and each ICML'24 1000-node file
+For each shipped graph (incsched/data/graphs/*.json.gz, K in 2/4/8) and each ICML'24 1000-node file
 (../shared/benchmarks/icml24, K=10; skipped politely when absent), with the peer objective
 (alpha * mem_peak + data-carrying edges crossed), runs every baseline, then CP-SAT cold and
 CP-SAT hinted with the best baseline, and prints one markdown table. Every objective shown is
@@ -29,8 +29,8 @@ from incsched.baselines.stage import STAGE_BASELINES  # noqa: E402
 from incsched.evaluate.stage import evaluate_stages  # noqa: E402
 from incsched.formats import load_graph  # noqa: E402
 from incsched.problems.stage import StageProblem  # noqa: E402
-from solvers import SolverSettings  # noqa: E402
-from solvers.cpsat.stage import solve_stage  # noqa: E402
+from incsched.solvers import SolverSettings  # noqa: E402
+from incsched.solvers.cpsat.stage import solve_stage  # noqa: E402
 
 ICML_DIR = REPO.parent / "shared" / "benchmarks" / "icml24"
 ICML_FILES = ["rand_graph_1000_1", "rand_graph_1000_2", "rand_graph_1000_3"]
@@ -38,7 +38,7 @@ ICML_FILES = ["rand_graph_1000_1", "rand_graph_1000_2", "rand_graph_1000_3"]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graphs", nargs="*", help="shipped graph names to run (default: all in data/graphs)")
+    ap.add_argument("--graphs", nargs="*", help="shipped graph names to run (default: all in incsched/data/graphs)")
     ap.add_argument("--ks", type=int, nargs="*", default=[2, 4, 8], help="stage counts for shipped graphs")
     ap.add_argument("--icml", nargs="*", default=ICML_FILES, help="ICML'24 files (K=10); pass none to skip")
     ap.add_argument("--icml-k", type=int, default=10)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     cases = []
-    for path in sorted((REPO / "data" / "graphs").glob("*.json.gz")):
+    for path in sorted((REPO / "incsched" / "data" / "graphs").glob("*.json.gz")):
         name = path.name[: -len(".json.gz")]
         if args.graphs is None or name in args.graphs:
             cases += [(path, k) for k in args.ks]

@@ -218,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
     tr.add_argument("policy", choices=["stage", "placement"])
-    tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out data/models/stage_policy.pt")
+    tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out incsched/data/models/stage_policy.pt")
     tr.set_defaults(run=_train)
     return p
 
@@ -461,7 +461,16 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------- graph commands
 
 
+def _is_shipped_name(arg: str) -> bool:
+    """A bare name (no folder, no extension) that is not a file here names a shipped graph."""
+    return bool(arg) and not os.path.exists(arg) and os.sep not in arg and "." not in arg
+
+
 def _read_graph(path: str, edges: str | None):
+    if _is_shipped_name(path):  # `incsched solve resnet50`: a graph the package ships
+        from .data import shipped_graph_path
+
+        path = str(shipped_graph_path(path))
     if path.endswith(".csv"):  # a node table; its edge table comes with --edges
         from .formats.csv_tables import read_csv_tables
 

@@ -435,7 +435,7 @@ def placement_bound_details(
         at 400). Default: only on problems of at most `ENERGETIC_MAX_NODES` nodes (segments
         between cut nodes are usually that small, so they still get it).
     head, tail : list of int, optional
-        Valid heads / tails from elsewhere (e.g. ``solvers.cpsat.placement_bounds.window_bound``'s
+        Valid heads / tails from elsewhere (e.g. ``incsched.solvers.cpsat.placement_bounds.window_bound``'s
         ``info["head"]``); combined element-wise with `transfer_heads` / `transfer_tails`.
     inner : callable, optional
         ``inner(subproblem) -> int`` for the segments (default: this function without segments).
@@ -475,7 +475,7 @@ def _combinatorial_bound(problem: PlacementProblem, energetic: bool | None = Non
 
 
 def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dict]:
-    """`placement_bound` strengthened by exact CP-SAT windows (``solvers.cpsat.placement_bounds.window_bound``).
+    """`placement_bound` strengthened by exact CP-SAT windows (``incsched.solvers.cpsat.placement_bounds.window_bound``).
 
     Each node's head and tail are first raised by the exact optimum of a small window of its
     nearest ancestors (descendants), then every combinatorial family runs on those heads, on the
@@ -484,7 +484,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
     Parameters
     ----------
     problem : PlacementProblem
-    settings : solvers.SolverSettings
+    settings : incsched.solvers.SolverSettings
         ``time_limit`` caps the whole computation (split between the whole problem and the
         segments); seed and determinism apply to every CP-SAT run.
 
@@ -498,7 +498,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
     import time
     from dataclasses import replace
 
-    from solvers.cpsat.placement_bounds import window_bound
+    from incsched.solvers.cpsat.placement_bounds import window_bound
 
     started = time.perf_counter()
     deadline = started + settings.time_limit

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("incsched", "solvers")
+PACKAGES = ("incsched",)
 
 
 def _modules_with_examples() -> list[str]:

@@ -24,11 +24,11 @@ from incsched.errors import GraphError
 from incsched.evaluate.stage import evaluate_stages
 from incsched.graph import CompGraph
 from incsched.problems.stage import ObjectiveWeights, ProblemError, StageProblem
-from solvers import SolverSettings
-from solvers.cpsat.stage import check_model_range, solve_stage
+from incsched.solvers import SolverSettings
+from incsched.solvers.cpsat.stage import check_model_range, solve_stage
 
 FAST = SolverSettings(time_limit=10.0, deterministic=True)
-DATA = Path(__file__).resolve().parent.parent / "data" / "graphs"
+DATA = Path(__file__).resolve().parent.parent / "incsched" / "data" / "graphs"
 
 
 # ---------------------------------------------------------------------- the oracle
@@ -296,7 +296,7 @@ def test_cpsat_matches_the_brute_force_exactly(inst):
 
 
 def test_milp_is_exact_below_2_53_and_refuses_beyond():
-    from solvers.milp.stage import available_backends, solve_stage_milp
+    from incsched.solvers.milp.stage import available_backends, solve_stage_milp
 
     if "cbc" not in available_backends():
         pytest.skip("CBC not available")

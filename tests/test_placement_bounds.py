@@ -24,7 +24,7 @@ from incsched.placement_bounds import (
     transfer_tails,
 )
 from incsched.problems import Placement, PlacementProblem
-from solvers import SolverSettings
+from incsched.solvers import SolverSettings
 from oracles import brute_force_makespan, small_placement_problem
 
 EXACT = SolverSettings(time_limit=20.0, max_deterministic_time=10.0)
@@ -231,7 +231,7 @@ def test_heads_and_tails_hold_in_any_schedule(case):
 @given(scheduled(max_nodes=9, max_devices=3))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_window_heads_hold_in_any_schedule(case):
-    from solvers.cpsat.placement_bounds import window_bound, window_heads
+    from incsched.solvers.cpsat.placement_bounds import window_bound, window_heads
 
     p, sched = case
     s = SolverSettings(time_limit=10.0)

@@ -1,4 +1,4 @@
-"""Tests of solvers.cpsat.placement (run through incsched.inc_ilp.placement.solve_cpsat, which hands it its hint and horizon): optimality against brute force, agreement with the simulator, windows, hints, determinism."""
+"""Tests of incsched.solvers.cpsat.placement (run through incsched.inc_ilp.placement.solve_cpsat, which hands it its hint and horizon): optimality against brute force, agreement with the simulator, windows, hints, determinism."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from incsched.evaluate.simulate import simulate
 from incsched.graph import CompGraph
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import Device, Links, Placement, PlacementProblem, PlacementWindow
-from solvers import SolverSettings
+from incsched.solvers import SolverSettings
 from oracles import brute_force_makespan, small_placement_problem
 
 FAST = SolverSettings(time_limit=5.0, max_deterministic_time=2.0)

@@ -1,4 +1,4 @@
-"""Tests of incsched.baselines.placement_local (local search), incsched.problems.decompose (cut-node segments) and the segment models of solvers.cpsat.placement_segments."""
+"""Tests of incsched.baselines.placement_local (local search), incsched.problems.decompose (cut-node segments) and the segment models of incsched.solvers.cpsat.placement_segments."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import Device, Links, PlacementProblem
 from incsched.problems.decompose import compose, cut_nodes, decomposable, segments, subproblem
 from incsched.solve import solve
-from solvers import SolverSettings
-from solvers.cpsat.placement_segments import segment_bound, segment_decision, segment_proof_bound
+from incsched.solvers import SolverSettings
+from incsched.solvers.cpsat.placement_segments import segment_bound, segment_decision, segment_proof_bound
 
 EXACT = SolverSettings(time_limit=10.0, max_deterministic_time=5.0)
 

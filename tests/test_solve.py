@@ -13,7 +13,7 @@ from incsched.generators import layered_dag
 from incsched.problems import Placement, PlacementProblem, StageProblem
 from incsched.result import Result
 from incsched.solve import SolverDisagreement, solve
-from solvers import SolverOutput
+from incsched.solvers import SolverOutput
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from incsched.generators import layered_dag
 from incsched.problems import ObjectiveWeights, StageProblem
 from incsched.relax import stage_band_window
 from incsched.solve import solve
-from solvers import SolverSettings
-from solvers.cpsat.stage import solve_stage
+from incsched.solvers import SolverSettings
+from incsched.solvers.cpsat.stage import solve_stage
 
 
 def _sparse_params(share: float):

@@ -16,8 +16,8 @@ from test_stage_problem import diamond, stage_instances
 from incsched.evaluate.stage import evaluate_stages
 from incsched.graph import CompGraph
 from incsched.problems.stage import ObjectiveWeights, StageProblem
-from solvers import SolverSettings
-from solvers.cpsat.stage import integer_weights, solve_stage
+from incsched.solvers import SolverSettings
+from incsched.solvers.cpsat.stage import integer_weights, solve_stage
 
 FAST = SolverSettings(time_limit=5.0, deterministic=True)
 

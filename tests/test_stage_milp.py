@@ -9,9 +9,9 @@ from test_stage_problem import diamond, stage_instances
 
 from incsched.evaluate.stage import evaluate_stages
 from incsched.problems.stage import StageProblem
-from solvers import SolverSettings
-from solvers.cpsat.stage import solve_stage
-from solvers.milp.stage import available_backends, solve_stage_milp
+from incsched.solvers import SolverSettings
+from incsched.solvers.cpsat.stage import solve_stage
+from incsched.solvers.milp.stage import available_backends, solve_stage_milp
 
 FAST = SolverSettings(time_limit=20.0, deterministic=True)
 

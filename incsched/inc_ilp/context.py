@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Iterator
 
-from solvers import SolverOutput, SolverSettings, StopSignal
+from incsched.solvers import SolverOutput, SolverSettings, StopSignal
 
 __all__ = ["Context", "Progress", "STOP_REASONS", "gap"]
 

@@ -19,9 +19,9 @@ import logging
 import time
 from dataclasses import replace
 
-from solvers import SolverOutput, SolverSettings
-from solvers.cpsat.placement import solve_placement
-from solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
+from incsched.solvers import SolverOutput, SolverSettings
+from incsched.solvers.cpsat.placement import solve_placement
+from incsched.solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
 
 from ..baselines.placement_local import local_search
 from ..bounds import placement_lower_bound
@@ -83,7 +83,7 @@ def make_check(problem: PlacementProblem):
 
 def solve_cpsat(problem: PlacementProblem, settings: SolverSettings, window: PlacementWindow | None = None,
                 hint: Placement | Schedule | None = None) -> SolverOutput:
-    """The CP-SAT placement model (`solvers.cpsat.placement.solve_placement`) with what it is handed.
+    """The CP-SAT placement model (`incsched.solvers.cpsat.placement.solve_placement`) with what it is handed.
 
     The hint is executed in its own order (one that deadlocks is ignored, ``info["hint_note"]``
     says why), HEFT over the window's devices bounds the horizon, and the answer is run in its

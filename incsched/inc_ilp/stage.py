@@ -22,8 +22,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from solvers import SolverOutput
-from solvers.cpsat.stage import solve_stage
+from incsched.solvers import SolverOutput
+from incsched.solvers.cpsat.stage import solve_stage
 
 from ..baselines.stage_local import loadless_nodes, place_loadless_nodes
 from ..bounds import stage_lower_bound, stage_term_bounds

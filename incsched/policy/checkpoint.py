@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import FormatError
+from ..data import MODELS_DIR as _SHIPPED_MODELS
 from ..jsonio import atomic_write_bytes, read_json, write_json
 
 __all__ = [
@@ -42,8 +43,8 @@ MAX_MODEL_SIZE = 4096
 FORMAT = "incsched.policy_checkpoint"
 VERSION = 1
 
-#: Where the shipped checkpoints live (``data/models`` in the repository).
-MODELS_DIR = Path(__file__).resolve().parents[2] / "data" / "models"
+#: Where the shipped checkpoints live (``incsched/data/models``, package data).
+MODELS_DIR = _SHIPPED_MODELS
 
 
 class CheckpointError(FormatError):

@@ -194,7 +194,7 @@ def teacher_schedule(problem: PlacementProblem, time_limit: float, seed: int = 0
     (Schedule, str)
         The simulated schedule (``ordered``) and who produced it.
     """
-    from solvers import SolverSettings
+    from incsched.solvers import SolverSettings
 
     from ..inc_ilp.placement import solve_cpsat
 
@@ -424,7 +424,7 @@ def _evaluate(model: PlacementPolicy, problems) -> float:
 def main(argv=None) -> None:
     """Train with the default config (or a JSON config) and write the checkpoint plus its metadata.
 
-    ``python -m incsched.train.placement --out data/models/placement_policy.pt``
+    ``python -m incsched.train.placement --out incsched/data/models/placement_policy.pt``
     """
     import argparse
     import json

@@ -169,8 +169,8 @@ def exact_labels(problems: list[StageProblem], config: StageTrainConfig) -> list
     -------
     list of dict
     """
-    from solvers import SolverSettings
-    from solvers.cpsat.stage import solve_stage
+    from incsched.solvers import SolverSettings
+    from incsched.solvers.cpsat.stage import solve_stage
 
     key = {
         "graphs": [p.graph.name for p in problems],
@@ -237,7 +237,7 @@ def _label_code_digest() -> str:
     import importlib
 
     digest = hashlib.sha256()
-    for name in ("incsched.baselines.stage", "incsched.baselines.stage_local", "incsched.evaluate.stage", "solvers.cpsat.stage"):
+    for name in ("incsched.baselines.stage", "incsched.baselines.stage_local", "incsched.evaluate.stage", "incsched.solvers.cpsat.stage"):
         digest.update(Path(importlib.import_module(name).__file__).read_bytes())
     return digest.hexdigest()
 
@@ -437,7 +437,7 @@ def train_stage_policy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m incsched.train.stage --out data/models/stage_policy.pt``: train with the default config and save.
+    """``python -m incsched.train.stage --out incsched/data/models/stage_policy.pt``: train with the default config and save.
 
     Until the CLI's ``incsched train`` exists this is the command that reproduces the shipped
     checkpoint. ``--set key=value`` overrides a config field (JSON values).

@@ -1,6 +1,6 @@
 """The stage problem as a mixed-integer linear program through PuLP: CP-SAT's cross-check.
 
-Same problem, same window and hint arguments, same `SolverOutput` as `solvers.cpsat.stage`, but an
+Same problem, same window and hint arguments, same `SolverOutput` as `incsched.solvers.cpsat.stage`, but an
 independent formulation (one binary per node and allowed stage, stages as their weighted sum,
 peaks as epigraph variables) solved by CBC, or HiGHS where ``highspy`` is installed. Tests compare
 the two back ends' optima on small instances.

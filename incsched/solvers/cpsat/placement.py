@@ -82,7 +82,7 @@ def solve_placement(
     problem : PlacementProblem
         Graph, devices, links; all costs in the problem's integer ticks.
     settings : SolverSettings
-        Time limit, determinism, seed, workers (applied by `solvers.cpsat.params.make_solver`).
+        Time limit, determinism, seed, workers (applied by `incsched.solvers.cpsat.params.make_solver`).
     window : PlacementWindow, optional
         Allowed devices per node and optional start-tick ranges; the model is restricted to it.
         Symmetry breaking over identical devices is used only without a window.
