@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet torchvision==0.28.0
-	$(PY) -m pip install --quiet -e '.[models,test]'
+	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx]'
 	touch $(STAMP)
 
 run: $(STAMP)
