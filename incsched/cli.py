@@ -6,7 +6,7 @@
     incsched solve GRAPH --stages K [--alpha A | --weights ...] [--capacity B] [--method M] [--json OUT]
     incsched solve GRAPH --devices N [--bandwidth B] [--latency S] [--method M] [--json OUT]
     incsched solve GRAPH --links LINKS.json [--method M] [--json OUT]     (devices measured by profile)
-    incsched batch DIR -o OUTDIR (--stages K | --devices N) [--jobs N]
+    incsched batch DIR -o OUTDIR (--stages K | --devices N) [--jobs N] [--engine local|ray [--address ADDR]]
     incsched profile --model resnet50 [--devices cpu,cuda:0] [--repeats 10] -o FILE [--links LINKS.json]
     incsched validate --model resnet50 --result RESULT.json [--devices cuda:0,cpu] [--runtime pipelining]
     incsched train stage|placement --out CHECKPOINT
@@ -175,7 +175,11 @@ def _parser() -> argparse.ArgumentParser:
     bat = sub.add_parser("batch", help="solve every graph file in a folder; resumable, one result file each")
     bat.add_argument("folder", help="folder of graph files (.json, .json.gz, .gml)")
     bat.add_argument("-o", "--output", required=True, help="folder for <graph>.result.json files and batch.json")
-    bat.add_argument("--jobs", type=_workers, default=1, help="graphs solved at once (processes)")
+    bat.add_argument("--jobs", type=_workers, default=None,
+                     help="graphs solved at once: local processes (default 1), or the CPUs of the Ray --engine ray starts (default all)")
+    bat.add_argument("--engine", choices=("local", "ray"), default="local",
+                     help="local processes, or one Ray task per graph (needs: pip install 'incsched[distributed]')")
+    bat.add_argument("--address", help="with --engine ray: join this running cluster (e.g. auto, HOST:6379) instead of starting a local Ray")
     _add_problem_args(bat)
     bat.set_defaults(run=_batch)
 
@@ -742,6 +746,12 @@ def _batch(args) -> int:
     if not files:
         raise IncschedError(f"{args.folder}: no graph files (.json, .json.gz, .gml) found")
     recipe = _recipe(args)  # a bad option or links file fails before any worker starts
+    if args.address is not None and args.engine != "ray":
+        raise IncschedError("--address names a Ray cluster: it needs --engine ray")
+    if args.engine == "ray":
+        from .batch.ray_engine import import_ray
+
+        import_ray()  # a missing Ray is said (with how to install it) before anything is read
 
     def progress(item, done, total):
         width = 30
@@ -750,7 +760,8 @@ def _batch(args) -> int:
         print(f"\r[{bar:<{width}}] {done}/{total} {Path(item.graph_file).name}: {item.outcome} {what}", file=sys.stderr)
 
     try:
-        items = run_batch(files, args.output, recipe, jobs=args.jobs, progress=progress, **_solve_kwargs(args))
+        items = run_batch(files, args.output, recipe, jobs=args.jobs, engine=args.engine, address=args.address, progress=progress,
+                          **_solve_kwargs(args))
     except BatchInterrupted as stop:
         _batch_summary(stop.items, args.output)
         print(f"incsched: interrupted; the results written are kept, {Path(args.output) / 'batch.json'} lists what is done",

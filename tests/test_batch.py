@@ -173,17 +173,17 @@ def test_two_files_with_one_name_are_refused(two_graphs, tmp_path):
 
 
 def test_ctrl_c_keeps_what_is_written_and_writes_the_summary(two_graphs, tmp_path, monkeypatch, capsys):
-    import incsched.batch as batch
+    import incsched.batch.tasks as tasks
 
-    real, calls = batch._solve_one, []
+    real, calls, interrupt_at = tasks.run_task, [], [2]
 
-    def solve_then_interrupt(*args):
-        calls.append(args[0])
-        if len(calls) == 2:
+    def solve_then_interrupt(task, *args):
+        calls.append(task.graph_name)
+        if len(calls) == interrupt_at[0]:
             raise KeyboardInterrupt
-        return real(*args)
+        return real(task, *args)
 
-    monkeypatch.setattr(batch, "_solve_one", solve_then_interrupt)
+    monkeypatch.setattr(tasks, "run_task", solve_then_interrupt)
     out = tmp_path / "out"
     with pytest.raises(BatchInterrupted) as stop:
         run_batch(graph_files(two_graphs), out, ProblemRecipe("stage", n_stages=2), time_limit=5)
@@ -192,10 +192,11 @@ def test_ctrl_c_keeps_what_is_written_and_writes_the_summary(two_graphs, tmp_pat
     assert summary["interrupted"] is True and [it["outcome"] for it in summary["items"]] == ["solved", "interrupted"]
 
     calls.clear()
+    interrupt_at[0] = 1  # g1 is done (checked by the batch, not solved): g2 is the first solve
     assert main(["batch", str(two_graphs), "-o", str(out), "--stages", "2", "--time-limit", "5"]) == 130
     captured = capsys.readouterr()
     assert "1 not done (interrupted)" in captured.out and "interrupted" in captured.err
-    monkeypatch.setattr(batch, "_solve_one", real)
+    monkeypatch.setattr(tasks, "run_task", real)
     # the CLI's settings are solve()'s defaults spelt out: the same key as the API's time_limit=5
     assert _outcomes(run_batch(graph_files(two_graphs), out, ProblemRecipe("stage", n_stages=2), time_limit=5)) == {
         "g1.json": "skipped", "g2.json": "solved"}

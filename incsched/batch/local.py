@@ -1,0 +1,94 @@
+"""The local engine: `SolveTask`s solved in this process or in a pool of worker processes.
+
+Workers die with the driver (even on ``kill -9``) and ignore Ctrl-C, which the driver handles by
+killing them: what a worker was solving is lost, nothing it half-did survives (workers write no
+files; the driver writes the results).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from . import tasks as _tasks
+from .tasks import SolveTask, TaskOutcome, failed_outcome, outcome_from_reply
+
+__all__ = ["solve_local"]
+
+
+def solve_local(tasks: list[SolveTask], workers: int) -> Iterator[TaskOutcome]:
+    """Outcomes of ``tasks`` as they finish, ``workers`` at a time (1: one after another, here).
+
+    Raises KeyboardInterrupt on Ctrl-C once the workers are stopped; closing the iterator early
+    stops them too.
+    """
+    if workers <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            outcome = outcome_from_reply(task, _tasks.run_task(task))
+            if outcome.result is not None and outcome.result.stop_reason == "interrupted":
+                # Ctrl-C reached solve() in this process: its answer is cut short, not a result to keep
+                raise KeyboardInterrupt
+            yield outcome
+        return
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        futures = {pool.submit(_tasks.run_task, task): task for task in tasks}
+        for fut in as_completed(futures):
+            task = futures[fut]
+            try:
+                reply = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a worker that died (killed, out of memory)
+                yield failed_outcome(task, f"worker died: {type(exc).__name__}: {exc}")
+            else:
+                yield outcome_from_reply(task, reply)
+    except BaseException:  # Ctrl-C, or the caller closed the iterator
+        _stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------------- workers die with the batch
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Runs first in each worker: die when the batch process dies, leave Ctrl-C to the batch.
+
+    ``kill -9`` of the batch cannot run any clean-up, so each worker asks Linux to SIGKILL it
+    when its parent dies (prctl PR_SET_PDEATHSIG), and a thread polls the parent's pid as a
+    fallback where prctl is missing (it also covers a parent that died before prctl ran).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the batch handles Ctrl-C and stops the workers
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="incsched-watch-parent").start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    # Workers ignore SIGINT and write nothing: what they are solving is lost, nothing else.
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,95 @@
+"""The Ray engine: each `SolveTask` one Ray task, on a local Ray or a running cluster.
+
+A task reserves as many CPUs as its CP-SAT workers, so Ray never runs more solves on a node than
+it has cores for. Its graph travels as bytes in the task's arguments and its result comes back
+as JSON (no shared filesystem). A worker that dies (killed, out of memory, node lost) is retried
+by Ray up to ``MAX_RETRIES`` times; bad input is a reply, never an exception, so it is not retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+from ..errors import IncschedError
+from .tasks import SolveTask, TaskOutcome, failed_outcome, outcome_from_reply, run_task
+
+__all__ = ["solve_ray", "MAX_RETRIES", "INSTALL_HINT"]
+
+#: Retries of a task whose worker died; application errors are never retried.
+MAX_RETRIES = 3
+INSTALL_HINT = "pip install 'incsched[distributed]'"
+
+
+def import_ray():
+    """The ``ray`` module, or an error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise IncschedError(f"the ray engine needs Ray, an optional extra: {INSTALL_HINT}") from None
+    return ray
+
+
+def solve_ray(tasks: list[SolveTask], *, workers: int | None, address: str | None) -> Iterator[TaskOutcome]:
+    """Submit ``tasks`` to Ray; see `solve_many`. Ray is imported (and started or joined) here,
+    so a missing Ray fails before anything is submitted."""
+    ray = import_ray()
+    return _outcomes(ray, tasks, workers, address)
+
+
+def _outcomes(ray, tasks: list[SolveTask], workers: int | None, address: str | None) -> Iterator[TaskOutcome]:
+    if not tasks:
+        return
+    started = _connect(ray, workers, address)
+    pending: dict = {}
+    try:
+        remote = ray.remote(_solve_remote)
+        for task in tasks:
+            ref = remote.options(num_cpus=task.cpus, max_retries=MAX_RETRIES, retry_exceptions=False,
+                                 name=f"incsched solve {task.graph_name}").remote(task)
+            pending[ref] = task
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                task = pending.pop(ref)
+                try:
+                    reply = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # retries used up: the worker kept dying, or its node went away
+                    yield failed_outcome(task, f"worker died {MAX_RETRIES + 1} times: {type(exc).__name__}: {_first_line(exc)}")
+                else:
+                    yield outcome_from_reply(task, reply)
+    except BaseException:  # Ctrl-C, or the caller closed the iterator: no solve may run on
+        for ref in pending:
+            ray.cancel(ref, force=True)  # force: kill the worker process, not just ask it to stop
+        raise
+    finally:
+        if started:
+            ray.shutdown()  # stops a Ray this call started; on a cluster it only disconnects
+
+
+def _connect(ray, workers: int | None, address: str | None) -> bool:
+    """Start or join Ray unless this process already did; True if this call must shut it down."""
+    if ray.is_initialized():
+        return False
+    quiet = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        if address is not None:
+            ray.init(address=address, **quiet)
+        else:
+            ray.init(num_cpus=workers or os.cpu_count() or 1, **quiet)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        raise IncschedError(f"could not start or join {where}: {_first_line(exc)}") from None
+    return True
+
+
+def _solve_remote(task: SolveTask) -> dict:
+    import ray
+
+    return run_task(task, node=ray.get_runtime_context().get_node_id())
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
