@@ -31,6 +31,7 @@ from ..errors import IncschedError
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 from ..relax import stage_band_window, stage_window, window_is_everything
+from ..stage_bounds import ProofBound, closure, peak_lower_bound, proof_bound
 from .context import Context
 from .incumbent import STAGE_PRESCHEDULERS, portfolio, run_prescheduler
 
@@ -48,6 +49,12 @@ BAND_WORK = 1.0
 
 #: Share of the nominal budget one window solve may spend before the full model takes over.
 WINDOW_SHARE = 0.2
+
+#: The incumbent tried against the precedence bound before the portfolio runs.
+FIRST_INCUMBENT = "pipedream_dp"
+
+#: Share of the nominal budget the first, reduced full model may spend before the portfolio runs.
+QUICK_PROOF_SHARE = 0.02
 
 #: Peak memory above the average stage load (bytes) that `rebalance` is tried for.
 BALANCE_SLACK = 5
@@ -94,9 +101,26 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
         portfolio(ctx, "stage", policy=False)
         prove(ctx, p, hint=ctx.best)
         return
+    banded = p.graph.n_nodes * p.n_stages > BAND_MIN_PAIRS
+    reduction = None
     if preschedule is not None:
         run_prescheduler(ctx, preschedule, STAGE_PRESCHEDULERS)
     else:
+        if not banded:
+            # Proof first: the DP's answer (milliseconds) against the precedence bound settles
+            # chains and many CNNs outright, before the policy and the slower baselines run.
+            run_prescheduler(ctx, FIRST_INCUMBENT, STAGE_PRESCHEDULERS)
+            if ctx.best is not None:
+                reduction = Reduction.of(ctx)
+                if ctx.best_value <= ctx.lower_bound or ctx.stopped():
+                    return
+                # The reduced model is often small enough to settle at once (densenet121 K=4: 28
+                # free nodes, 0.02 s), the portfolio then never runs; a short budget, so a hard
+                # one costs little before the usual path.
+                model, window = reduction.model(ctx)
+                prove(ctx, model, hint=ctx.best, window=window, work=QUICK_PROOF_SHARE * ctx.nominal_work)
+                if ctx.proven or ctx.stopped():
+                    return
         portfolio(ctx, "stage")
     if ctx.best is None:  # no heuristic meets the capacities: the exact model may
         if not ctx.stopped():
@@ -104,25 +128,105 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
         return
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
-    if p.graph.n_nodes * p.n_stages > BAND_MIN_PAIRS:
+    if banded:
         if not bands(ctx):
             return  # unsettled bands had the budget: the full model of a graph this size is hopeless
-    elif windows(ctx, radius):
+        if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
+            prove(ctx, objective_window(p, ctx.best_value), hint=ctx.best)
+        return
+    if reduction is None:
+        reduction = Reduction.of(ctx)
+    else:
+        reduction.renew(ctx)
+    if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
+        return
+    if windows(ctx, radius, reduction):
         return  # a window grew into the whole problem and settled it
     if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
-        prove(ctx, objective_window(p, ctx.best_value), hint=ctx.best)
+        model, window = reduction.model(ctx)
+        prove(ctx, model, hint=ctx.best, window=window)
 
 
-def prove(ctx: Context, model: StageProblem, hint) -> None:
-    """The full model (``model``: the problem, possibly under an objective window), all that is left."""
+class Reduction:
+    """The precedence bounds of one run (`incsched.stage_bounds`), renewed as the best improves.
+
+    Holds the graph's closure and the peak bound (computed once), and for the current best the
+    `ProofBound`: a global lower bound (raised in ``ctx``), a memory cap and per-node stage ranges
+    that every answer at least as good as the best keeps. Models solved with them are the whole
+    problem as far as the optimum is concerned (anything outside costs more than the best).
+    """
+
+    def __init__(self, cl, peak: int | None):
+        self.cl, self.peak, self.bound, self.value = cl, peak, None, None
+
+    @classmethod
+    def of(cls, ctx: Context) -> "Reduction":
+        p: StageProblem = ctx.problem
+        with ctx.timed("bounds"):
+            cl = closure(p)
+            peak = None
+            if cl is not None and (p.weights.mem_peak > 0 or p.capacity is not None):
+                peak = peak_lower_bound(p, cl)
+        red = cls(cl, peak)
+        red.renew(ctx)
+        return red
+
+    def renew(self, ctx: Context) -> ProofBound | None:
+        """The proof bound for ``ctx.best_value`` (recomputed only when the best has changed)."""
+        if self.cl is None or self.value == ctx.best_value:
+            return self.bound
+        p: StageProblem = ctx.problem
+        w = p.weights.exact()
+        terms = stage_term_bounds(p)
+        others = sum((w[t] * terms[t] for t in ("compute_peak", "spill")), Fraction(0))
+        with ctx.timed("bounds"):
+            pb = proof_bound(p, ctx.best_value, self.cl, others=others, peak=self.peak)
+        window = pb.window
+        if window is not None and not _inside(ctx.best, window):
+            window = None  # never: the best is an answer at least as good as itself (tested)
+        self.bound, self.value = replace(pb, window=window), ctx.best_value
+        ctx.record("precedence bound", peak=pb.peak, cap=pb.cap, crossings=sum(pb.crossings), lower_bound=pb.lower_bound,
+                   free_nodes=None if window is None else int((window[1] > window[0]).sum()))
+        ctx.raise_bound(pb.lower_bound, "precedence", "bounds")
+        return self.bound
+
+    def model(self, ctx: Context) -> tuple[StageProblem, tuple[np.ndarray, np.ndarray] | None]:
+        """The problem under the objective window and the precedence cap, and the stage ranges."""
+        pb = self.renew(ctx)
+        model = objective_window(ctx.problem, ctx.best_value)
+        if pb is None:
+            return model, None
+        if pb.cap is not None and ctx.problem.weights.mem_peak > 0:
+            caps = tuple(min(int(c), pb.cap) for c in model.capacity)
+            model = replace(model, capacity=caps)
+        return model, pb.window
+
+
+def _inside(stages, window) -> bool:
+    s = np.asarray(stages)
+    return bool(np.all(s >= window[0]) and np.all(s <= window[1]))
+
+
+def _intersect(window, ranges):
+    """A relaxation window cut down to the precedence ranges (None: the window as it is)."""
+    if ranges is None:
+        return window
+    lo, hi = np.maximum(window[0], ranges[0]), np.minimum(window[1], ranges[1])
+    return lo, hi
+
+
+def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | None = None) -> None:
+    """The full model (``model``: the problem, possibly under an objective window and the
+    precedence ranges ``window`` every answer as good as the best keeps), with ``work`` (default
+    all that is left)."""
     with ctx.timed("proof"):
-        out = solve_stage(model, ctx.settings(), hint=hint)
+        out = solve_stage(model, ctx.settings(work), window=window, hint=hint)
     ctx.charge(out)
     ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
     _take(ctx, out, "full", whole=True)
 
 
-def windows(ctx: Context, radius: int) -> bool:
+def windows(ctx: Context, radius: int, reduction: Reduction | None = None) -> bool:
     """Windows of radius r around the best answer, widened while the optimum moves.
 
     Returns True when the last window was the whole problem (nothing is left to prove).
@@ -132,15 +236,18 @@ def windows(ctx: Context, radius: int) -> bool:
     p: StageProblem = ctx.problem
     r = max(int(radius), 1)
     while not ctx.stopped() and ctx.best_value > ctx.lower_bound:
+        model, ranges = reduction.model(ctx) if reduction is not None else (objective_window(p, ctx.best_value), None)
         window = stage_window(p, ctx.best, r)
-        whole = window_is_everything(p, window)
+        # A window covering the precedence ranges holds every answer as good as the best: the whole problem.
+        whole = window_is_everything(p, window) or (ranges is not None and bool(np.all(window[0] <= ranges[0]) and np.all(window[1] >= ranges[1])))
+        window = _intersect(window, ranges)
         with ctx.timed("window"):
             # The whole problem as a window is the proof itself: it gets everything that is left.
             # A smaller window is solved by one worker: CP-SAT's parallel portfolio costs more than
             # it saves on models this small (inception_v3 K=8 windows: 0.77 s on one worker,
             # 1.63 s on two, 2 cores).
             settings = ctx.settings() if whole else ctx.settings(WINDOW_SHARE * ctx.nominal_work, workers=1)
-            out = solve_stage(objective_window(p, ctx.best_value), settings, window=window, hint=ctx.best)
+            out = solve_stage(model, settings, window=window, hint=ctx.best)
         ctx.charge(out)
         ctx.record("window", radius=r, whole=whole, status=out.status, objective=out.objective)
         improved = _take(ctx, out, f"window r={r}", whole=whole)
