@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RUN_GRAPH ?= resnet50
 
-.PHONY: run test install graphs clean
+.PHONY: run test install graphs clean experiments
 
 install: $(STAMP)
 
@@ -25,6 +25,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The quick profile of every shipped experiment (incsched/data/experiments), each with its report
+# (tables, plots) under out/experiments/NAME-quick/report; at most 10 minutes on 2 cores.
+EXPERIMENTS := inc_ilp respect icml24 doppler hsdag fidelity
+experiments: $(STAMP)
+	@for e in $(EXPERIMENTS); do \
+		$(VENV)/bin/incsched experiment run $$e --profile quick -o out/experiments/$$e-quick && \
+		$(VENV)/bin/incsched experiment report out/experiments/$$e-quick || exit 1; \
+	done
 
 # Re-capture every shipped graph in incsched/data/graphs from the real models (random weights, offline).
 graphs: $(STAMP)

@@ -224,6 +224,23 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("policy", choices=["stage", "placement"])
     tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out incsched/data/models/stage_policy.pt")
     tr.set_defaults(run=_train)
+
+    ex = sub.add_parser("experiment", help="reproducibility experiments: run a declared config, report its rows").add_subparsers(
+        title="experiment commands")
+    exr = ex.add_parser("run", help="run every cell of a config (resumable); one row with its provenance per cell")
+    exr.add_argument("config", help="a shipped experiment's name (inc_ilp, respect, icml24, doppler, hsdag, fidelity) or a .toml file")
+    exr.add_argument("-o", "--output", help="run folder (default out/experiments/NAME or out/experiments/NAME-PROFILE)")
+    exr.add_argument("--profile", help="a profile of the config, e.g. quick")
+    exr.add_argument("--engine", default="local", help="batch engine: local (processes, default) or ray")
+    exr.add_argument("--workers", type=_workers, default=1, help="solves at once (default 1: timings undisturbed by each other)")
+    exr.add_argument("--address", help="ray: a running cluster to join")
+    exr.set_defaults(run=_experiment_run)
+    exp_rep = ex.add_parser("report", help="tables (markdown, CSV) and plots (PNG, SVG) from a run folder's rows, without solving")
+    exp_rep.add_argument("folder", help="run folder written by incsched experiment run")
+    exp_rep.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
+    exp_rep.set_defaults(run=_experiment_report)
+    exl = ex.add_parser("list", help="the shipped experiment configs")
+    exl.set_defaults(run=_experiment_list)
     return p
 
 
@@ -780,6 +797,48 @@ def _batch_summary(items, output: str) -> int:
         if it.outcome == "failed":
             print(f"  failed: {it.graph_file}: {it.error}")
     return 1 if counts["failed"] else 0
+
+
+def _experiment_run(args) -> int:
+    from .experiment.config import load_experiment
+    from .experiment.run import run_experiment
+
+    exp = load_experiment(args.config, args.profile)  # a bad config is one line naming the key, before anything runs
+    out = Path(args.output or Path("out", "experiments", exp.name + (f"-{exp.profile}" if exp.profile else "")))
+
+    def show(row, done, total):
+        c = row["cell"]
+        r = row.get("result") or {}
+        what = row["error"] or f"{r.get('status')} {r.get('objective')} [stopped: {r.get('stop_reason')}]"
+        if row.get("validation") and not row["error"]:  # an execution: what the devices measured
+            what = f"measured {1e3 * row['validation']['measured']['makespan_s']:.2f} ms" + (f", {what}" if r else "")
+        print(f"[{done}/{total}] {c['graph']} {c['instance']} {c['method']} seed {c['seed']}: {what}", file=sys.stderr)
+
+    summary = run_experiment(exp, out, engine=args.engine, workers=args.workers, address=args.address,
+                             argv=["incsched", *sys.argv[1:]] if args.own_process else None, on_row=show)
+    for note in summary["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"{summary['solved']} run, {summary['reused']} already done, {summary['failed']} failed -> {out}"
+          f" (incsched experiment report {out})")
+    return 1 if summary["failed"] else 0
+
+
+def _experiment_report(args) -> int:
+    from .experiment.report import write_report
+
+    written = write_report(args.folder, plots=not args.no_plots)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _experiment_list(args) -> int:
+    from .experiment.config import load_experiment, shipped_experiments
+
+    for name in shipped_experiments():
+        exp = load_experiment(name)
+        print(f"{name:<10} {exp.description}")
+    return 0
 
 
 def format_result(r) -> str:

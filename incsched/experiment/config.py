@@ -1,0 +1,423 @@
+"""Experiment configs: a TOML file declares graphs, problems, methods with budgets, seeds and
+repeats; `load_experiment` checks it once, at the boundary, and every mistake is one line naming
+the key (``doppler.toml: methods[2].time_limit: must be a positive number, got -1``).
+
+A config may hold ``[profiles.NAME]`` tables whose keys replace the top-level ones
+(``incsched experiment run doppler --profile quick``). Shipped configs live in
+``incsched/data/experiments/`` and are named without their suffix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..data import DATA_DIR
+from ..errors import IncschedError
+from ..jsonio import json_bytes
+
+__all__ = [
+    "ConfigError",
+    "Experiment",
+    "GraphSpec",
+    "ProblemSpec",
+    "MethodSpec",
+    "ExecutionSpec",
+    "load_experiment",
+    "shipped_experiments",
+    "GENERATORS",
+]
+
+EXPERIMENTS_DIR = DATA_DIR / "experiments"
+
+#: Graph generators a config may name, by their function names in `incsched.generators`.
+GENERATORS = ("layered_dag", "respect_like", "icml24_like", "chained_matmul", "ffnn", "transformer_block")
+
+#: What an execution cell may run besides `solve()` methods: the whole model on one device.
+SINGLE_DEVICE = "single_device_each"
+
+
+class ConfigError(IncschedError, ValueError):
+    """An experiment config that cannot run; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """Where graphs come from: ``shipped`` names, a ``generator`` with ``args`` and ``seeds``, or a
+    ``folder`` of graph files matching ``pattern`` (``optional``: skipped with a note if absent)."""
+
+    source: str
+    names: tuple[str, ...] = ()
+    generator: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = (0,)
+    folder: str | None = None
+    pattern: str = "*"
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """A stage problem per K in ``stages`` or a placement problem per count in ``devices``.
+
+    Placement links: ``bandwidth`` in bytes/s, or ``comm_ratio`` (a mean transfer is that many
+    mean ops, DOPPLER's setting), plus ``latency`` seconds.
+    """
+
+    kind: str
+    stages: tuple[int, ...] = ()
+    alpha: float = 100.0
+    weights: dict[str, float] | None = None
+    capacity: int | None = None
+    devices: tuple[int, ...] = ()
+    comm_ratio: float | None = None
+    bandwidth: float | None = None
+    latency: float = 0.0
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A `solve()` method and its budget; ``label`` names it in tables (default: ``name``)."""
+
+    name: str
+    label: str
+    time_limit: float = 60.0
+    work_limit: float | None = None
+    deterministic: bool = True
+    workers: int = 1
+    preschedule: str | None = None
+    record_progress: bool = False
+
+    def solve_kwargs(self, seed: int) -> dict[str, Any]:
+        kw = {"method": self.name, "time_limit": self.time_limit, "work_limit": self.work_limit, "seed": seed,
+              "deterministic": self.deterministic, "workers": self.workers}
+        if self.preschedule is not None:
+            kw["preschedule"] = self.preschedule
+        return kw
+
+
+@dataclass(frozen=True)
+class ExecutionSpec:
+    """Capture a zoo ``model``, profile it on ``devices``, solve it with ``methods`` and run each
+    answer on the real devices (plus the whole model on each device alone when ``single_device``).
+
+    ``devices = "auto"``: ``cuda:0`` and ``cpu`` where a GPU is present, two CPU workers otherwise.
+    """
+
+    model: str
+    kind: str = "placement"
+    devices: tuple[str, ...] | str = "auto"
+    methods: tuple[MethodSpec, ...] = ()
+    single_device: bool = False
+    weights: dict[str, float] | None = None
+    batch_size: int = 1
+    micro_batches: int = 4
+    timed_runs: int = 3
+    profile_runs: int = 5
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A checked config, its profile applied. ``digest`` is the SHA-256 of everything that
+    decides its numbers (the config hash every row carries)."""
+
+    name: str
+    description: str
+    source: str
+    profile: str | None
+    seeds: tuple[int, ...]
+    repeats: int
+    graphs: tuple[GraphSpec, ...]
+    problems: tuple[ProblemSpec, ...]
+    methods: tuple[MethodSpec, ...]
+    executions: tuple[ExecutionSpec, ...]
+    report: dict[str, Any]
+    base_dir: str
+
+    @property
+    def digest(self) -> str:
+        data = asdict(self)
+        for k in ("source", "base_dir", "description"):
+            data.pop(k)
+        return hashlib.sha256(json_bytes(data)).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "digest": self.digest}
+
+
+def shipped_experiments() -> list[str]:
+    """Names of the shipped configs (``inc_ilp``, ``doppler``, ...), sorted."""
+    return sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.toml"))
+
+
+def load_experiment(name_or_path: str | Path, profile: str | None = None) -> Experiment:
+    """Read and check a config: a shipped name (``doppler``) or a ``.toml`` path.
+
+    Relative ``folder`` paths resolve against the config file's folder, except in shipped configs,
+    where they resolve against the current folder (run them from the repository root).
+
+    Raises
+    ------
+    ConfigError
+        Unknown config or profile, a TOML syntax error, or a bad value; one line naming the key.
+    """
+    path = Path(name_or_path)
+    shipped = not path.suffix and not path.exists() and "/" not in str(name_or_path)
+    if shipped:
+        path = EXPERIMENTS_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise ConfigError(f"no shipped experiment named {str(name_or_path)!r} (shipped: {', '.join(shipped_experiments())}; or give a .toml path)")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    src = path.name
+    profiles = _table(raw.pop("profiles", {}), "profiles", src)
+    if profile is not None:
+        if profile not in profiles:
+            raise ConfigError(f"{src}: profiles: no profile {profile!r} (has: {', '.join(profiles) or 'none'})")
+        overrides = _table(profiles[profile], f"profiles.{profile}", src)
+        bad = sorted(set(overrides) & {"name", "profiles"})
+        if bad:
+            raise ConfigError(f"{src}: profiles.{profile}.{bad[0]}: a profile cannot change this key")
+        raw = {**raw, **overrides}
+    return _experiment(raw, src, profile, base_dir=str(Path.cwd() if shipped else path.resolve().parent))
+
+
+# ---------------------------------------------------------------------------- checking, key by key
+
+_TOP_KEYS = {"name", "description", "seeds", "repeats", "graphs", "problems", "methods", "executions", "report"}
+
+
+def _experiment(raw: dict, src: str, profile: str | None, base_dir: str) -> Experiment:
+    _known(raw, _TOP_KEYS, "", src)
+    name = _get(raw, "name", str, "", src, required=True)
+    seeds = tuple(_ints(raw.get("seeds", [0]), "seeds", src, low=0, high=2**31 - 1))
+    repeats = _get(raw, "repeats", int, "", src, default=1, low=1)
+    graphs = tuple(_graph(g, f"graphs[{i}]", src) for i, g in enumerate(_tables(raw.get("graphs", []), "graphs", src)))
+    problems = tuple(_problem(p, f"problems[{i}]", src) for i, p in enumerate(_tables(raw.get("problems", []), "problems", src)))
+    methods = tuple(_method(m, f"methods[{i}]", src) for i, m in enumerate(_tables(raw.get("methods", []), "methods", src)))
+    executions = tuple(_execution(e, f"executions[{i}]", src) for i, e in enumerate(_tables(raw.get("executions", []), "executions", src)))
+    if not executions and not (graphs and problems and methods):
+        missing = next(k for k, v in (("graphs", graphs), ("problems", problems), ("methods", methods)) if not v)
+        raise ConfigError(f"{src}: {missing}: at least one is needed (or an [[executions]] table)")
+    kinds = {p.kind for p in problems}
+    for i, m in enumerate(methods):
+        if not _method_kinds(m.name) & kinds:
+            raise ConfigError(f"{src}: methods[{i}].name: {m.name!r} solves none of this config's problems ({', '.join(sorted(kinds))})")
+    labels = [m.label for m in methods]
+    dup = next((lab for lab in labels if labels.count(lab) > 1), None)
+    if dup:
+        raise ConfigError(f"{src}: methods: two methods labelled {dup!r}; give one a distinct label")
+    report = _table(raw.get("report", {}), "report", src)
+    _known(report, {"reference"}, "report", src)
+    if "reference" in report and report["reference"] not in labels:
+        raise ConfigError(f"{src}: report.reference: {report['reference']!r} is not a method label ({', '.join(labels)})")
+    return Experiment(name=name, description=_get(raw, "description", str, "", src, default=""), source=src, profile=profile,
+                      seeds=seeds, repeats=repeats, graphs=graphs, problems=problems, methods=methods,
+                      executions=executions, report=report, base_dir=base_dir)
+
+
+def _graph(t: dict, where: str, src: str) -> GraphSpec:
+    sources = [k for k in ("shipped", "generator", "folder") if k in t]
+    if len(sources) != 1:
+        raise ConfigError(f"{src}: {where}: give exactly one of 'shipped', 'generator', 'folder' (got {', '.join(sources) or 'none'})")
+    kind = sources[0]
+    if kind == "shipped":
+        _known(t, {"shipped"}, where, src)
+        from ..data import shipped_graphs
+
+        names = t["shipped"]
+        if names == "*":
+            names = shipped_graphs()
+        names = _strings(names, f"{where}.shipped", src)
+        unknown = [n for n in names if n not in shipped_graphs()]
+        if unknown:
+            raise ConfigError(f"{src}: {where}.shipped: no shipped graph {unknown[0]!r} (shipped: {', '.join(shipped_graphs())})")
+        return GraphSpec("shipped", names=tuple(names))
+    if kind == "generator":
+        _known(t, {"generator", "args", "seeds"}, where, src)
+        gen = _get(t, "generator", str, where, src, required=True)
+        if gen not in GENERATORS:
+            raise ConfigError(f"{src}: {where}.generator: unknown generator {gen!r} (known: {', '.join(GENERATORS)})")
+        args = _table(t.get("args", {}), f"{where}.args", src)
+        from .. import generators
+
+        params = inspect.signature(getattr(generators, gen)).parameters
+        for k in args:
+            if k not in params or k == "seed":
+                raise ConfigError(f"{src}: {where}.args.{k}: {gen} takes no argument {k!r}"
+                                  + (" (use seeds)" if k == "seed" else f" (takes: {', '.join(p for p in params if p != 'seed')})"))
+        return GraphSpec("generated", generator=gen, args=dict(args), seeds=tuple(_ints(t.get("seeds", [0]), f"{where}.seeds", src, low=0)))
+    _known(t, {"folder", "pattern", "optional"}, where, src)
+    return GraphSpec("folder", folder=_get(t, "folder", str, where, src, required=True), pattern=_get(t, "pattern", str, where, src, default="*"),
+                     optional=_get(t, "optional", bool, where, src, default=False))
+
+
+def _problem(t: dict, where: str, src: str) -> ProblemSpec:
+    kind = _get(t, "kind", str, where, src, required=True)
+    if kind == "stage":
+        _known(t, {"kind", "stages", "alpha", "weights", "capacity"}, where, src)
+        if "stages" not in t:
+            raise ConfigError(f"{src}: {where}.stages: missing (a list of stage counts, e.g. [2, 4, 8])")
+        weights = _weights(t.get("weights"), f"{where}.weights", src)
+        return ProblemSpec("stage", stages=tuple(_ints(t["stages"], f"{where}.stages", src, low=1, high=1024)),
+                           alpha=_number(t, "alpha", where, src, default=100.0, low=0.0), weights=weights,
+                           capacity=_get(t, "capacity", int, where, src, default=None, low=0))
+    if kind == "placement":
+        _known(t, {"kind", "devices", "comm_ratio", "bandwidth", "latency"}, where, src)
+        if "devices" not in t:
+            raise ConfigError(f"{src}: {where}.devices: missing (a list of device counts, e.g. [4, 8])")
+        if ("comm_ratio" in t) == ("bandwidth" in t):
+            raise ConfigError(f"{src}: {where}: give exactly one of 'comm_ratio' and 'bandwidth'")
+        return ProblemSpec("placement", devices=tuple(_ints(t["devices"], f"{where}.devices", src, low=1, high=256)),
+                           comm_ratio=_number(t, "comm_ratio", where, src, default=None, low=0.0, above=True),
+                           bandwidth=_number(t, "bandwidth", where, src, default=None, low=0.0, above=True),
+                           latency=_number(t, "latency", where, src, default=0.0, low=0.0))
+    raise ConfigError(f"{src}: {where}.kind: must be 'stage' or 'placement', got {kind!r}")
+
+
+def _method(t: dict, where: str, src: str) -> MethodSpec:
+    _known(t, {"name", "label", "time_limit", "work_limit", "deterministic", "workers", "preschedule", "record_progress"}, where, src)
+    name = _get(t, "name", str, where, src, required=True)
+    if not _method_kinds(name):
+        from ..solve import METHODS
+
+        raise ConfigError(f"{src}: {where}.name: unknown method {name!r} (known: {', '.join(list(METHODS) + sorted(_all_preschedulers()))})")
+    pre = _get(t, "preschedule", str, where, src, default=None)
+    if pre is not None and pre not in _all_preschedulers():
+        raise ConfigError(f"{src}: {where}.preschedule: unknown pre-scheduler {pre!r}")
+    return MethodSpec(name=name, label=_get(t, "label", str, where, src, default=name),
+                      time_limit=_number(t, "time_limit", where, src, default=60.0, low=0.0, above=True),
+                      work_limit=_number(t, "work_limit", where, src, default=None, low=0.0, above=True),
+                      deterministic=_get(t, "deterministic", bool, where, src, default=True),
+                      workers=_get(t, "workers", int, where, src, default=1, low=1, high=1024), preschedule=pre,
+                      record_progress=_get(t, "record_progress", bool, where, src, default=False))
+
+
+def _execution(t: dict, where: str, src: str) -> ExecutionSpec:
+    _known(t, {"model", "kind", "devices", "methods", "single_device", "weights", "batch_size", "micro_batches", "timed_runs",
+               "profile_runs"}, where, src)
+    kind = _get(t, "kind", str, where, src, default="placement")
+    if kind not in ("stage", "placement"):
+        raise ConfigError(f"{src}: {where}.kind: must be 'stage' or 'placement', got {kind!r}")
+    devices = t.get("devices", "auto")
+    if devices != "auto":
+        devices = tuple(_strings(devices, f"{where}.devices", src))
+        if not devices:
+            raise ConfigError(f"{src}: {where}.devices: at least one device")
+    methods = tuple(_method(m, f"{where}.methods[{i}]", src) for i, m in enumerate(_tables(t.get("methods", []), f"{where}.methods", src)))
+    for i, m in enumerate(methods):
+        if kind not in _method_kinds(m.name):
+            raise ConfigError(f"{src}: {where}.methods[{i}].name: {m.name!r} does not solve {kind} problems")
+    single = _get(t, "single_device", bool, where, src, default=False)
+    if single and kind == "stage":
+        raise ConfigError(f"{src}: {where}.single_device: only for placements (a pipeline needs one device per stage)")
+    if not methods and not single:
+        raise ConfigError(f"{src}: {where}.methods: at least one method (or single_device = true)")
+    return ExecutionSpec(model=_get(t, "model", str, where, src, required=True), kind=kind, devices=devices, methods=methods,
+                         single_device=single, weights=_weights(t.get("weights"), f"{where}.weights", src),
+                         batch_size=_get(t, "batch_size", int, where, src, default=1, low=1),
+                         micro_batches=_get(t, "micro_batches", int, where, src, default=4, low=1),
+                         timed_runs=_get(t, "timed_runs", int, where, src, default=3, low=1),
+                         profile_runs=_get(t, "profile_runs", int, where, src, default=5, low=1))
+
+
+def _method_kinds(name: str) -> set[str]:
+    from ..inc_ilp.incumbent import PLACEMENT_PRESCHEDULERS, STAGE_PRESCHEDULERS
+    from ..solve import METHODS
+
+    if name in METHODS:
+        return {"stage", "placement"}
+    return {k for k, table in (("stage", STAGE_PRESCHEDULERS), ("placement", PLACEMENT_PRESCHEDULERS)) if name in table}
+
+
+def _all_preschedulers() -> set[str]:
+    from ..inc_ilp.incumbent import PLACEMENT_PRESCHEDULERS, STAGE_PRESCHEDULERS
+
+    return set(STAGE_PRESCHEDULERS) | set(PLACEMENT_PRESCHEDULERS)
+
+
+# ---------------------------------------------------------------------------- typed getters
+
+
+def _key(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _known(t: dict, keys: set[str], where: str, src: str) -> None:
+    for k in t:
+        if k not in keys:
+            raise ConfigError(f"{src}: {_key(where, k)}: unknown key (known here: {', '.join(sorted(keys))})")
+
+
+def _table(x, where: str, src: str) -> dict:
+    if not isinstance(x, dict):
+        raise ConfigError(f"{src}: {where}: must be a table, got {type(x).__name__}")
+    return x
+
+
+def _tables(x, where: str, src: str) -> list[dict]:
+    if not isinstance(x, list) or not all(isinstance(t, dict) for t in x):
+        raise ConfigError(f"{src}: {where}: must be an array of tables ([[{where}]])")
+    return x
+
+
+def _get(t: dict, key: str, typ: type, where: str, src: str, *, default=None, required: bool = False, low=None, high=None):
+    if key not in t:
+        if required:
+            raise ConfigError(f"{src}: {_key(where, key)}: missing")
+        return default
+    v = t[key]
+    if typ is int and (isinstance(v, bool) or not isinstance(v, int)):
+        raise ConfigError(f"{src}: {_key(where, key)}: must be a whole number, got {v!r}")
+    if typ is not int and not isinstance(v, typ):
+        raise ConfigError(f"{src}: {_key(where, key)}: must be a {typ.__name__}, got {v!r}")
+    if (low is not None and v < low) or (high is not None and v > high):
+        raise ConfigError(f"{src}: {_key(where, key)}: must be in {low} .. {high if high is not None else 'any'}, got {v!r}")
+    return v
+
+
+def _number(t: dict, key: str, where: str, src: str, *, default, low: float, above: bool = False):
+    if key not in t:
+        return default
+    v = t[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low or (above and v == low):
+        raise ConfigError(f"{src}: {_key(where, key)}: must be a finite number {'>' if above else '>='} {low:g}, got {v!r}")
+    return v
+
+
+def _ints(x, where: str, src: str, *, low: int, high: int | None = None) -> list[int]:
+    if not isinstance(x, list) or not x:
+        raise ConfigError(f"{src}: {where}: must be a non-empty list of whole numbers, got {x!r}")
+    for v in x:
+        if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+            raise ConfigError(f"{src}: {where}: {v!r} is not a whole number in {low} .. {high if high is not None else 'any'}")
+    return list(x)
+
+
+def _strings(x, where: str, src: str) -> list[str]:
+    if isinstance(x, str):
+        x = [x]
+    if not isinstance(x, list) or not all(isinstance(v, str) for v in x):
+        raise ConfigError(f"{src}: {where}: must be a list of names, got {x!r}")
+    return list(x)
+
+
+def _weights(x, where: str, src: str) -> dict[str, float] | None:
+    if x is None:
+        return None
+    terms = ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill")
+    x = _table(x, where, src)
+    for k, v in x.items():
+        if k not in terms:
+            raise ConfigError(f"{src}: {where}.{k}: not an objective term ({', '.join(terms)})")
+        _number(x, k, where, src, default=None, low=0.0)
+    return dict(x)

@@ -1,0 +1,161 @@
+"""Tables from a run folder's rows, without solving again: markdown (``report.md``) and CSV
+(``summary.csv`` one line per instance and method, ``rows.csv`` one line per cell), with the
+provenance they were measured under; figures from `plots`.
+
+The numbers come from `summary`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from ..errors import IncschedError
+from ..jsonio import atomic_write_bytes
+from .run import load_run
+from .summary import execution_table, seconds, speedups, summarise
+
+__all__ = ["write_report", "MATPLOTLIB_HINT"]
+
+MATPLOTLIB_HINT = "plots need matplotlib: pip install 'incsched[experiments]' (or --no-plots for the tables alone)"
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def write_report(folder: str | Path, *, plots: bool = True) -> list[Path]:
+    """Write ``report/report.md``, ``report/summary.csv``, ``report/rows.csv`` and (``plots``) the
+    figures of a run folder; return the paths written.
+
+    Raises
+    ------
+    IncschedError
+        Not a run folder, or ``plots`` without matplotlib (the message says how to install it).
+    """
+    folder = Path(folder)
+    meta, rows, stale = load_run(folder)
+    if plots:
+        try:
+            import matplotlib  # noqa: F401 - checked before any table is written
+        except ImportError:
+            raise IncschedError(MATPLOTLIB_HINT) from None
+    out = folder / "report"
+    out.mkdir(exist_ok=True)
+    per_instance, per_method = summarise(rows)
+    executions = execution_table(rows)
+    written = []
+    figures: list[Path] = []
+    if plots:
+        from .plots import draw_all
+
+        figures = draw_all(rows, out)
+    text = _markdown(meta, rows, stale, per_instance, per_method, executions, figures)
+    atomic_write_bytes(out / "report.md", text.encode("utf-8"))
+    written.append(out / "report.md")
+    if per_instance:
+        atomic_write_bytes(out / "summary.csv", _csv(per_instance))
+        written.append(out / "summary.csv")
+    if executions:
+        atomic_write_bytes(out / "executions.csv", _csv(executions))
+        written.append(out / "executions.csv")
+    atomic_write_bytes(out / "rows.csv", _csv([_flat_row(r) for r in rows]))
+    written.append(out / "rows.csv")
+    return written + figures
+
+
+def _markdown(meta, rows, stale, per_instance, per_method, executions, figures) -> str:
+    cfg = meta["config"]
+    env = meta["environment"]
+    loads = [r["provenance"]["load_average"][0] for r in rows if (r.get("provenance") or {}).get("load_average")]
+    lines = [f"# {cfg['name']}" + (f" (profile {cfg['profile']})" if cfg.get("profile") else ""), ""]
+    if cfg.get("description"):
+        lines += [cfg["description"], ""]
+    libs = env.get("libraries", {})
+    lines += [
+        f"- config hash `{meta['config_hash'][:16]}`, {len(rows)} of {len(meta.get('keys', []))} cells done"
+        + (f" ({stale} rows of other configs or versions left out)" if stale else ""),
+        f"- incsched {env['incsched']}, commit {(env.get('git_commit') or 'none')[:12]}" + (" (uncommitted changes)" if env.get("git_dirty") else "")
+        + f"; Python {env['python']}, OR-Tools {libs.get('ortools')}, torch {libs.get('torch')}, numpy {libs.get('numpy')}",
+        f"- {env['cpu_model']}, {env['cores']} cores; 1-min load while rows were written "
+        + (f"{min(loads):.2f}-{max(loads):.2f}" if loads else "n/a"),
+        f"- command: `{' '.join(env.get('command_line') or [])}`",
+    ]
+    lines += [f"- note: {n}" for n in meta.get("notes", [])]
+    errors = [r for r in rows if r.get("error")]
+    lines += [f"- failed: {r['cell']['graph']} {r['cell']['instance']} {r['cell']['method']}: {r['error']}" for r in errors]
+    if per_method:
+        ref = cfg.get("report", {}).get("reference")
+        sp = speedups(per_instance, ref) if ref else {}
+        lines += ["", "## By method", "",
+                  "| method | instances | proven optimal | at best known | mean objective / best | worst | mean gap | median s | total s |"
+                  + (f" time to optimum, {ref} / method (total; median; n) |" if ref else ""),
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if ref else "")]
+        for m in per_method:
+            s = sp.get(m["method"])
+            lines.append(f"| {m['method']} | {m['instances']} | {m['proven_optimal']} | {m['at_best_known']} | {_f(m['mean_ratio'], 4)} | "
+                         f"{_f(m['worst_ratio'], 4)} | {_pct(m['mean_gap'])} | {_f(m['median_seconds'], 3)} | {_f(m['total_seconds'], 2)} |"
+                         + ((f" {s[0]:.2f}x; {s[1]:.2f}x; {s[2]} |" if s else " |") if ref else ""))
+        lines += ["", "## By instance", "",
+                  "| graph | nodes | instance | method | runs | status | objective | / best known | gap | seconds | stopped |",
+                  "|---|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
+        for p in per_instance:
+            obj = _n(p["objective"]) + ("" if p["objective"] == p["objective_max"] else f"-{_n(p['objective_max'])}")
+            best = "" if p["ratio"] is None else f"{p['ratio']:.4f}" + (" (proven)" if p["best_proven"] else "")
+            lines.append(f"| {p['graph']} | {p['nodes']} | {p['instance']} | {p['method']} | {p['runs']} | {p['status']} | {obj} | {best} | "
+                         f"{_pct(p['gap'])} | {_f(p['seconds'], 3)} | {p['stop']} |")
+    if executions:
+        lines += ["", "## Executed on real devices", "",
+                  "| model | devices | placement | seed | predicted ms | measured ms | measured / predicted | speed-up vs best single device | max abs diff |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+        for e in executions:
+            if e["error"]:
+                lines.append(f"| {e['model']} | {e['instance']} | {e['method']} | {e['seed']} | failed: {e['error']} | | | | |")
+                continue
+            lines.append(f"| {e['model']} | {e['instance']} | {e['method']} | {e['seed']} | {_f(1e3 * e['predicted_s'], 2)} | "
+                         f"{_f(1e3 * e['measured_s'], 2)} | {_f(e['measured_over_predicted'], 3)} | {_f(e['speedup_vs_single_device'], 3)} | "
+                         f"{e['max_abs_diff']:.2g} |")
+    if figures:
+        lines += ["", "## Figures", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in figures if p.suffix == ".png"]
+    return "\n".join(lines) + "\n"
+
+
+def _flat_row(r: dict) -> dict[str, Any]:
+    c, res, prov = r.get("cell", {}), r.get("result") or {}, r.get("provenance") or {}
+    v = r.get("validation") or {}
+    return {
+        "key": r.get("key"), "kind": r.get("kind"), "graph": c.get("graph"), "graph_digest": c.get("graph_digest"), "nodes": c.get("nodes"),
+        "instance": c.get("instance"), "method": c.get("method"), "seed": c.get("seed"), "repeat": c.get("repeat"),
+        "time_limit": (c.get("budget") or {}).get("time_limit"), "work_limit": (c.get("budget") or {}).get("work_limit"),
+        "status": res.get("status"), "objective": res.get("objective"), "lower_bound": res.get("lower_bound"), "gap": res.get("gap"),
+        "stop_reason": prov.get("stop_reason"), "reproducible": res.get("reproducible"), "seconds": seconds(r),
+        "predicted_s": (v.get("predicted") or {}).get("makespan_s"), "measured_s": (v.get("measured") or {}).get("makespan_s"),
+        "error": r.get("error"), "incsched": prov.get("incsched"), "git_commit": prov.get("git_commit"), "cpu_model": prov.get("cpu_model"),
+        "cores": prov.get("cores"), "load_1min": (prov.get("load_average") or [None])[0], "node": prov.get("node"),
+        "config_hash": r.get("config_hash"), "written_at": prov.get("written_at"),
+    }
+
+
+def _csv(records: list[dict]) -> bytes:
+    buf = io.StringIO()
+    if records:
+        w = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(records)
+    return buf.getvalue().encode("utf-8")
+
+
+def _f(x, digits: int) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{100 * x:.3f}%"
+
+
+def _n(x) -> str:
+    if x is None:
+        return ""
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.6g}"

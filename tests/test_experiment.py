@@ -1,0 +1,251 @@
+"""Experiments (`incsched.experiment`): config validation, provenance of every row, resumption by
+key, reproduction of a deterministic config, and the report, on tiny configs (seconds in all)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from incsched.cli import main
+from incsched.experiment.config import ConfigError, load_experiment, shipped_experiments
+from incsched.experiment.report import write_report
+from incsched.experiment.run import ROWS_FILE, load_run, read_rows, run_experiment
+
+TINY = """
+name = "tiny"
+seeds = [0]
+repeats = 1
+
+[[graphs]]
+generator = "respect_like"
+args = {{ n_nodes = 24 }}
+seeds = [{graph_seed}]
+
+[[graphs]]
+generator = "ffnn"
+args = {{ n_layers = 2, tiles = 2 }}
+seeds = [1]
+
+[[problems]]
+kind = "stage"
+stages = [2]
+
+[[problems]]
+kind = "placement"
+devices = [2]
+comm_ratio = 4.0
+
+[[methods]]
+name = "ilp"
+time_limit = {ilp_limit}
+record_progress = true
+
+[[methods]]
+name = "contiguous_params"
+time_limit = 5
+
+[[methods]]
+name = "heft"
+time_limit = 5
+
+[report]
+reference = "ilp"
+
+[profiles.quick]
+seeds = [1]
+"""
+
+#: What every row's provenance must name (issue #15).
+PROVENANCE = ("incsched", "git_commit", "libraries", "python", "cpu_model", "cores", "load_average", "command_line", "seed",
+              "stop_reason", "node", "engine", "written_at")
+
+
+def tiny(tmp_path: Path, name: str = "tiny.toml", graph_seed: int = 3, ilp_limit: float = 10) -> Path:
+    path = tmp_path / name
+    path.write_text(TINY.format(graph_seed=graph_seed, ilp_limit=ilp_limit))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One run of the tiny config, shared: (config path, run folder, summary)."""
+    tmp = tmp_path_factory.mktemp("tiny")
+    cfg = tiny(tmp)
+    out = tmp / "run"
+    summary = run_experiment(load_experiment(cfg), out, argv=["incsched", "experiment", "run", str(cfg)])
+    return cfg, out, summary
+
+
+# ---------------------------------------------------------------------------- config validation
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: t.replace('name = "tiny"', 'name = "tiny"\nrepeat = 2'), "repeat: unknown key"),
+    (lambda t: t.replace("time_limit = 10", "time_limit = -1"), "methods[0].time_limit"),
+    (lambda t: t.replace('name = "heft"', 'name = "hefty"'), "methods[2].name: unknown method 'hefty'"),
+    (lambda t: t.replace('generator = "ffnn"', 'generator = "mlp"'), "graphs[1].generator"),
+    (lambda t: t.replace("n_layers = 2", "layers = 2"), "graphs[1].args.layers"),
+    (lambda t: t.replace('kind = "stage"', 'kind = "stages"'), "problems[0].kind"),
+    (lambda t: t.replace("stages = [2]", "stages = [0]"), "problems[0].stages"),
+    (lambda t: t.replace("comm_ratio = 4.0", "comm_ratio = 4.0\nbandwidth = 1e9"), "problems[1]: give exactly one"),
+    (lambda t: t.replace('reference = "ilp"', 'reference = "cold"'), "report.reference"),
+    (lambda t: t.replace("seeds = [0]", "seeds = [-1]"), "seeds"),
+    (lambda t: t.replace("repeats = 1", "repeats = true"), "repeats: must be a whole number"),
+    (lambda t: t.replace("[[graphs]]", "[[graph]]", 1), "graph: unknown key"),
+    (lambda t: t + "\n[[graphs]]\nshipped = ['resnet5']\n", "graphs[2].shipped: no shipped graph 'resnet5'"),
+    (lambda t: t.replace("args = { n_nodes = 24 }", "args = { n_nodes = 24 "), "not valid TOML"),
+])
+def test_bad_config_names_the_key(tmp_path, edit, key):
+    cfg = tiny(tmp_path)
+    cfg.write_text(edit(cfg.read_text()))
+    with pytest.raises(ConfigError) as err:
+        load_experiment(cfg)
+    assert key in str(err.value) and "tiny.toml" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_config_from_the_cli_is_one_line(tmp_path, capsys):
+    cfg = tiny(tmp_path)
+    cfg.write_text(cfg.read_text().replace("time_limit = 10", "time_limit = 0"))
+    assert main(["experiment", "run", str(cfg), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("incsched: error: tiny.toml: methods[0].time_limit: must be a finite number > 0")
+    assert "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+    assert main(["experiment", "run", "dopler"]) == 1
+    assert "no shipped experiment named 'dopler'" in capsys.readouterr().err
+    assert main(["experiment", "run", str(cfg), "--profile", "slow"]) == 1
+    assert "profiles: no profile 'slow' (has: quick)" in capsys.readouterr().err
+
+
+def test_profile_replaces_top_level_keys(tmp_path):
+    cfg = tiny(tmp_path)
+    base, quick = load_experiment(cfg), load_experiment(cfg, "quick")
+    assert (base.seeds, quick.seeds) == ((0,), (1,))
+    assert base.digest != quick.digest and quick.profile == "quick"
+
+
+@pytest.mark.parametrize("name", ["inc_ilp", "respect", "icml24", "doppler", "hsdag", "fidelity"])
+def test_shipped_configs_and_their_quick_profiles_check(name):
+    assert name in shipped_experiments()
+    for profile in (None, "quick"):
+        exp = load_experiment(name, profile)
+        assert exp.name == name and (exp.methods or exp.executions)
+
+
+# ---------------------------------------------------------------------------- rows and provenance
+
+
+def test_every_row_carries_its_provenance(tiny_run):
+    cfg, out, summary = tiny_run
+    # 2 graphs x (stage: ilp, contiguous_params; placement: ilp, heft)
+    assert summary["planned"] == 8 and summary["solved"] == 8 and summary["failed"] == 0
+    meta, rows, stale = load_run(out)
+    assert len(rows) == 8 and stale == 0
+    for row in rows:
+        prov = row["provenance"]
+        assert all(k in prov for k in PROVENANCE), sorted(set(PROVENANCE) - set(prov))
+        assert row["config_hash"] == meta["config_hash"] == load_experiment(cfg).digest
+        assert prov["seed"] == row["cell"]["seed"] == 0
+        assert prov["stop_reason"] == row["result"]["stop_reason"] in ("optimal", "done")
+        assert prov["command_line"] == ["incsched", "experiment", "run", str(cfg)]
+        assert prov["libraries"]["ortools"] and prov["cores"] >= 1 and len(prov["load_average"]) == 3
+        assert len(row["cell"]["graph_digest"]) == 64
+    ilp = [r for r in rows if r["cell"]["method"] == "ilp"]
+    assert all(r["result"]["status"] == "optimal" and r["progress"] for r in ilp)
+    assert all(r["schedule"]["makespan_s"] > 0 for r in rows if r["cell"]["problem"] == "placement")
+
+
+def test_rerun_reuses_rows_only_while_their_key_holds(tiny_run, tmp_path):
+    cfg, out, _ = tiny_run
+    again = tmp_path / "again"
+    again.mkdir()
+    for f in (ROWS_FILE, "experiment.json"):
+        (again / f).write_bytes((out / f).read_bytes())
+    before = (again / ROWS_FILE).read_bytes()
+    summary = run_experiment(load_experiment(cfg), again)
+    assert (summary["reused"], summary["solved"]) == (8, 0)
+    assert (again / ROWS_FILE).read_bytes() == before
+    # Another graph (its generator seed) and another budget (ilp's time limit): only their cells run again.
+    changed = tiny(tmp_path, "changed.toml", graph_seed=4, ilp_limit=9)
+    summary = run_experiment(load_experiment(changed), again)
+    # the respect_like graph's 4 cells and ffnn's 2 ilp cells run again; ffnn's heuristics are kept
+    assert (summary["reused"], summary["solved"]) == (2, 6)
+    meta, rows, stale = load_run(again)
+    assert len(rows) == 8 and stale == 6
+
+
+def test_a_failed_row_is_run_again_and_a_torn_line_is_skipped(tiny_run, tmp_path):
+    cfg, out, _ = tiny_run
+    again = tmp_path / "again"
+    again.mkdir()
+    rows = read_rows(out / ROWS_FILE)
+    rows[0]["error"], rows[0]["result"] = "RuntimeError: worker died", None
+    text = "".join(json.dumps(r) + "\n" for r in rows[1:]) + json.dumps(rows[0]) + "\n" + '{"key": "torn'
+    (again / ROWS_FILE).write_text(text)
+    summary = run_experiment(load_experiment(cfg), again)
+    assert (summary["reused"], summary["solved"]) == (7, 1)
+    assert read_rows(again / ROWS_FILE)[-1]["key"] == rows[0]["key"]
+
+
+def test_a_deterministic_config_reproduces_its_numbers(tiny_run, tmp_path):
+    cfg, out, _ = tiny_run
+    second = tmp_path / "second"
+    run_experiment(load_experiment(cfg), second)
+
+    def numbers(folder):
+        _, rows, _ = load_run(folder)
+        return {r["key"]: ({k: v for k, v in r["result"].items() if k != "timing"}, r.get("answer")) for r in rows}
+
+    first, again = numbers(out), numbers(second)
+    assert first == again and len(first) == 8
+    assert all(result["reproducible"] for result, _ in first.values())
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def test_report_tables_from_rows_without_solving(tiny_run, monkeypatch):
+    _, out, _ = tiny_run
+    import incsched.solve
+
+    monkeypatch.setattr(incsched.solve, "solve", lambda *a, **k: pytest.fail("the report solved something"))
+    written = write_report(out, plots=False)
+    names = {p.name for p in written}
+    assert {"report.md", "summary.csv", "rows.csv"} <= names
+    md = (out / "report" / "report.md").read_text()
+    assert "## By method" in md and "| ilp | 4 | 4 | 4 | 1.0000 |" in md
+    assert "time to optimum, ilp / method" in md
+    assert "config hash" in md and "cores" in md
+    summary = (out / "report" / "summary.csv").read_text().splitlines()
+    assert summary[0].startswith("graph,instance,method") and len(summary) == 1 + 8
+
+
+def test_report_plots_png_and_svg(tiny_run):
+    pytest.importorskip("matplotlib")
+    _, out, _ = tiny_run
+    written = {p.name for p in write_report(out)}
+    for fig in ("anytime", "time_to_optimum", "gaps", "gantt", "split"):
+        assert {f"{fig}.png", f"{fig}.svg"} <= written
+        assert (out / "report" / f"{fig}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_without_matplotlib_says_how_to_install(tiny_run, monkeypatch, capsys):
+    _, out, _ = tiny_run
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["experiment", "report", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "pip install 'incsched[experiments]'" in err and err.count("\n") == 1
+    assert main(["experiment", "report", str(out / "nowhere")]) == 1
+    assert "not an experiment folder" in capsys.readouterr().err
+
+
+def test_core_and_runner_import_without_matplotlib():
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "import incsched, incsched.cli, incsched.experiment.run, incsched.experiment.report\n"
+            "assert 'matplotlib.pyplot' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
