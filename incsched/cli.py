@@ -1,8 +1,8 @@
 """The ``incsched`` command line: a thin caller of the library, never a second implementation.
 
     incsched graph info FILE
-    incsched graph capture --model resnet50 -o FILE
-    incsched graph convert IN OUT [--edges EDGES.csv] [--out-edges EDGES.csv]
+    incsched graph capture (--model NAME|pkg.module:factory | --exported FILE.pt2 | --hf-config config.json) -o FILE
+    incsched graph convert IN OUT [--edges EDGES.csv] [--out-edges EDGES.csv]   (IN may be an .onnx model)
     incsched solve GRAPH --stages K [--alpha A | --weights ...] [--capacity B] [--method M] [--json OUT]
     incsched solve GRAPH --devices N [--bandwidth B] [--latency S] [--method M] [--json OUT]
     incsched solve GRAPH --links LINKS.json [--method M] [--json OUT]     (devices measured by profile)
@@ -28,6 +28,8 @@ from pathlib import Path
 
 from .errors import IncschedError
 
+__all__ = ["main", "format_result", "EXIT_INTERRUPTED"]
+
 log = logging.getLogger("incsched")
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
@@ -48,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     args.own_process = argv is None  # run as the `incsched` program, not called from Python
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
+    previous_level = _configure_logging(args.verbose, args.log_quiet or getattr(args, "quiet", False))
     try:
         status = args.run(args) or 0
         sys.stdout.flush()  # here, not at exit: a reader that went away must be caught below
@@ -67,6 +69,23 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"incsched: error: {_one_line(exc)}", file=sys.stderr)
         return 1
+    finally:  # main() called from Python leaves the caller's logging as it found it
+        logging.getLogger("incsched").setLevel(previous_level)
+
+
+def _configure_logging(verbose: int, quiet: bool) -> int:
+    """incsched's log on stderr: warnings by default, ``-v`` info, ``-vv`` debug, ``-q`` errors only;
+    returns the level it replaced.
+
+    Other libraries (torch, transformers) stay at warnings whatever the level: their debug output
+    would drown incsched's.
+    """
+    level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.basicConfig(level=max(level, logging.WARNING), format="%(levelname)s %(name)s: %(message)s")
+    logger = logging.getLogger("incsched")
+    previous = logger.level
+    logger.setLevel(level)
+    return previous
 
 
 def _one_line(exc: BaseException) -> str:
@@ -140,7 +159,10 @@ _non_negative = _real(0.0, above=False)  # alpha, latency
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="incsched", description="Certified placement of computation graphs onto stages and devices.")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging, and the traceback of an error")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="more log on stderr: -v info, -vv debug; and the traceback of an error")
+    # Its own dest: the `-q` of solve and batch is a subcommand default that would overwrite this one.
+    p.add_argument("-q", "--quiet", dest="log_quiet", action="store_true", help="errors only on stderr (no warnings)")
     sub = p.add_subparsers(title="commands")
 
     graph = sub.add_parser("graph", help="inspect, capture and convert computation graphs").add_subparsers(title="graph commands")
@@ -159,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--repeats", type=_count, default=5)
     cap.set_defaults(run=_graph_capture)
 
-    conv = graph.add_parser("convert", help="convert between graph formats (.json[.gz], .gml, .csv node+edge tables)")
+    conv = graph.add_parser("convert", help="convert between graph formats (.json[.gz], .gml, .csv node+edge tables; .onnx models in)")
     conv.add_argument("input")
     conv.add_argument("output")
     conv.add_argument("--edges", help="edge table, when INPUT is a CSV node table")
@@ -245,18 +267,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_model_args(p: argparse.ArgumentParser, tracing: bool = False) -> None:
-    """The zoo model to build (offline, random weights) and its input sizes; how to trace it."""
-    p.add_argument("--model", required=True, help="zoo model name, e.g. resnet50, bert_base, gpt2")
-    p.add_argument("--batch-size", type=_count, default=1)
-    p.add_argument("--seq-len", type=_count, default=128, help="sequence length for transformer models")
+    """The model to capture (built offline, random weights), its input sizes, how to trace it."""
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="zoo model name (resnet50, bert_base, gpt2 ...) or a factory pkg.module:function "
+                        "(or path/file.py:function) returning (model, example_inputs)")
+    source.add_argument("--exported", metavar="FILE.pt2", help="a program saved by torch.export.save, with its example "
+                        "inputs (loading unpickles: trusted files only)")
+    source.add_argument("--hf-config", metavar="CONFIG.json", help="a Hugging Face config.json: the model built from it "
+                        "with random weights, use_cache off")
+    p.add_argument("--batch-size", type=_count, help="zoo models and --hf-config (default 1)")
+    p.add_argument("--seq-len", type=_count, help="sequence length for transformer models (default 128)")
     p.add_argument("--image-size", type=_count, help="image height and width for vision models (default the model's)")
     if tracing:
         p.add_argument("--method", choices=["export", "fx"], default="export", help="torch.export (default) or torch.fx tracing")
         p.add_argument("--coarsen", default="trivial", help="none | trivial | chains | module:DEPTH (default trivial)")
 
 
+def _load_model(args):
+    """The `LoadedModel` that --model, --exported or --hf-config names."""
+    from .capture.models import load_model
+
+    return load_model(model=args.model, exported=args.exported, hf_config=args.hf_config,
+                      batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
+
+
 def _validate(args) -> int:
-    from .capture import capture, zoo
+    from .capture import capture
     from .execute import default_devices, profile_devices, validate_result
     from .result import Result
 
@@ -265,14 +301,14 @@ def _validate(args) -> int:
     devices = _device_list(args.devices) if args.devices else None
     _check_assignment(result, args.result, n_parts=len(devices) if devices else None, names=timed.names if timed else None)
     devices = devices or default_devices(result)
-    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
-    captured = capture(model, inputs, name=args.model)
+    loaded = _load_model(args)
+    captured = capture(loaded.model, loaded.example_inputs, name=loaded.name)
     if timed is None:  # node times on every device kind of the run, the CPU's with its workers' threads
         graph, _ = profile_devices(captured, devices, repeats=5, warmup=2)
         captured = dataclasses.replace(captured, graph=graph)
     else:
         if timed.structure_digest() != captured.graph.structure_digest():
-            raise IncschedError(f"{args.graph}: not the graph of {args.model} as captured here (nodes or edges differ)")
+            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here (nodes or edges differ)")
         # the times and what they were measured under (threads, device), so notes judge the right ones
         meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
@@ -332,8 +368,8 @@ def _check_assignment(result, source: str, *, n_parts: int | None = None, names=
 
 
 def _profile(args) -> int:
-    """Capture a zoo model, measure it on each device, write the graph (and the links)."""
-    from .capture import capture, zoo
+    """Capture a model, measure it on each device, write the graph (and the links)."""
+    from .capture import capture
     from .execute import calibrated_devices, measure_links, profile_devices
     from .formats import save_graph
     from .jsonio import write_json
@@ -346,10 +382,10 @@ def _profile(args) -> int:
         raise IncschedError(f"{args.output}: the graph is written as .json or .json.gz")
 
     started = time.perf_counter()
-    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
-    captured = capture(model, inputs, method=args.method, coarsen=args.coarsen, name=args.model)
+    loaded = _load_model(args)
+    captured = capture(loaded.model, loaded.example_inputs, method=args.method, coarsen=args.coarsen, name=loaded.name)
     graph = captured.graph
-    print(f"captured {args.model}: {graph.n_nodes} nodes, {graph.n_edges} edges in {time.perf_counter() - started:.1f} s")
+    print(f"captured {loaded.name}: {graph.n_nodes} nodes, {graph.n_edges} edges in {time.perf_counter() - started:.1f} s")
 
     graph, measured = profile_devices(captured, devices, repeats=args.repeats, warmup=args.warmup, threads=args.threads)
     for times in measured.values():
@@ -393,7 +429,7 @@ def _byte_sizes(text: str) -> list[int]:
 
 
 def _finetune(args) -> int:
-    from .capture import capture, zoo
+    from .capture import capture
     from .execute import profile_devices
     from .policy.placement_policy import load_placement_policy, save_placement_policy
     from .train.measured import FinetuneConfig, finetune_on_measured
@@ -409,12 +445,12 @@ def _finetune(args) -> int:
 
         load_placement_checkpoint(args.checkpoint, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION)
     policy = load_placement_policy(args.checkpoint)
-    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
-    captured = capture(model, inputs, name=args.model)
+    loaded = _load_model(args)
+    captured = capture(loaded.model, loaded.example_inputs, name=loaded.name)
     graph, _ = profile_devices(captured, devices, repeats=5, warmup=2)  # every kind, the CPU with its workers' threads
     captured = dataclasses.replace(captured, graph=graph)
     policy, metrics = finetune_on_measured(policy, captured, devices, config)
-    print(f"{args.model} on {', '.join(devices)}: {metrics[-1]['placements_measured']} distinct placements executed and timed")
+    print(f"{loaded.name} on {', '.join(devices)}: {metrics[-1]['placements_measured']} distinct placements executed and timed")
     for m in metrics:
         gain = f", best sample {m['best_sample_gain']:+.1%} vs greedy" if "best_sample_gain" in m else ""
         print(f"  {'start' if m['epoch'] < 0 else 'epoch %d' % m['epoch']:>8}: greedy placement measured "
@@ -423,7 +459,7 @@ def _finetune(args) -> int:
     print(f"kept the weights of {'the start' if kept['epoch'] < 0 else 'epoch %d' % kept['epoch']} "
           f"({kept['greedy_measured_s'] * 1e3:.2f} ms measured); wrote {args.out}")
     save_placement_policy(policy, args.out, metrics=metrics, train_config={
-        "stage": "finetune_on_measured", "model": args.model, "devices": devices, "batch_size": args.batch_size,
+        "stage": "finetune_on_measured", "model": loaded.name, "devices": devices, "batch_size": args.batch_size or 1,
         "from": args.checkpoint or "shipped", **config.to_dict()})
     return 0
 
@@ -476,7 +512,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="seed of every randomised step, 0 .. 2**31-1 (default 0)")
     p.add_argument("--workers", type=_workers, default=1, help="CP-SAT workers; more than 1 implies --no-deterministic")
     p.add_argument("--no-deterministic", action="store_true", help="parallel search: faster, never reproducible")
-    p.add_argument("-q", "--quiet", action="store_true", help="no live progress line on stderr")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live progress line on stderr, and errors only in the log")
 
 
 # ---------------------------------------------------------------------------- graph commands
@@ -545,24 +581,24 @@ def _bytes(n: int) -> str:
 
 
 def _graph_capture(args) -> int:
-    from .capture import capture, zoo
+    from .capture import capture
     from .formats import save_graph
 
     started = time.perf_counter()
-    model, inputs = zoo.build(args.model, batch_size=args.batch_size, seq_len=args.seq_len, image_size=args.image_size)
+    loaded = _load_model(args)
     captured = capture(
-        model,
-        inputs,
+        loaded.model,
+        loaded.example_inputs,
         method=args.method,
         coarsen=args.coarsen,
         measure=args.measure,
         device=args.device,
         repeats=args.repeats,
-        name=args.model,
+        name=loaded.name,
     )
     save_graph(captured.graph, args.output)
     s = captured.graph.summary()
-    print(f"captured {args.model}: {s['nodes']} nodes, {s['edges']} edges in {time.perf_counter() - started:.1f} s -> {args.output}")
+    print(f"captured {loaded.name}: {s['nodes']} nodes, {s['edges']} edges in {time.perf_counter() - started:.1f} s -> {args.output}")
     return 0
 
 

@@ -22,6 +22,7 @@ from ..coarsen import parse_coarsening
 from ..errors import CaptureError
 from ..graph import CompGraph
 from .assemble import assemble, describe_params
+from .models import known_fix
 from .profile import profile_nodes
 from .trace import trace
 
@@ -119,7 +120,17 @@ def capture(
     name = name or type(model).__name__
     parse_coarsening(coarsen)  # reject a bad name before the expensive part
     start = time.perf_counter()
-    traced = trace(model, example_inputs, method=method, name=name)
+    if isinstance(model, torch.nn.Module) and model.training and not isinstance(model, torch.fx.GraphModule):
+        # An exported program's module reports training but its graph is fixed: no warning for it.
+        log.warning("%s: the model is in training mode (dropout active, batch-norm statistics updated); "
+                    "call model.eval() before capture unless training is what is to be scheduled", name)
+    try:
+        traced = trace(model, example_inputs, method=method, name=name)
+    except CaptureError as err:  # a failure seen before: say how to avoid it
+        fix = known_fix(err.__cause__ or err)
+        if fix is None:
+            raise
+        raise CaptureError(f"{name}: {fix}") from err
     try:
         profile = profile_nodes(
             traced.graph_module, traced.flat_inputs, measure=measure, device=device, repeats=repeats, warmup=warmup

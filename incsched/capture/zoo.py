@@ -21,7 +21,7 @@ from ..errors import CaptureError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODELS", "build", "import_torchvision", "import_transformers"]
+__all__ = ["MODELS", "build", "ensure_torchvision_importable", "import_torchvision", "import_transformers"]
 
 _SEED = 0
 
@@ -29,9 +29,11 @@ _SEED = 0
 _torchvision_stub_library: torch.library.Library | None = None
 
 
-def _ensure_torchvision_importable() -> None:
+def ensure_torchvision_importable() -> None:
     """Let ``import torchvision`` succeed where its compiled extension cannot load.
 
+    Why it cannot here: PyPI's torchvision 0.28.0 wheel is a CUDA build whose ``_C.so`` links
+    ``libtorch_cuda.so`` and ``libc10_cuda.so``, which the CPU build of torch 2.13.0 lacks.
     torchvision's ``_meta_registrations`` registers fake kernels for ``torchvision::nms`` and
     ``torchvision::qnms`` at import, assuming its C++ extension defined those operators; where the
     extension cannot load (a CUDA build of torchvision beside a CPU-only torch), the import fails
@@ -74,7 +76,7 @@ def import_torchvision():
     """Import torchvision (working around an unloadable C++ extension); CaptureError if absent."""
     if importlib.util.find_spec("torchvision") is None:
         raise CaptureError("torchvision is not installed; install the 'models' extra: pip install 'incsched[models]'")
-    _ensure_torchvision_importable()
+    ensure_torchvision_importable()
     return importlib.import_module("torchvision")
 
 
@@ -82,7 +84,7 @@ def import_transformers():
     """Import transformers (after the torchvision workaround it needs); CaptureError if absent."""
     if importlib.util.find_spec("transformers") is None:
         raise CaptureError("transformers is not installed; install the 'models' extra: pip install 'incsched[models]'")
-    _ensure_torchvision_importable()
+    ensure_torchvision_importable()
     return importlib.import_module("transformers")
 
 
@@ -155,7 +157,9 @@ def build(
         torchvision / transformers.
     """
     if name not in _REGISTRY:
-        raise CaptureError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+        raise CaptureError(
+            f"unknown model {name!r}; known models: {', '.join(MODELS)} (or a factory: pkg.module:function)"
+        )
     if batch_size < 1 or seq_len < 1 or (image_size is not None and image_size < 1):
         raise CaptureError(f"{name}: batch_size, seq_len and image_size must be positive")
     make, kind, default_size = _REGISTRY[name]

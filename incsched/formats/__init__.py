@@ -1,4 +1,4 @@
-"""Graph files in and out: incsched's own JSON, the ICML'24 peer's GML, CSV tables.
+"""Graph files in and out: incsched's own JSON, the ICML'24 peer's GML, CSV tables, ONNX models (in).
 
 `load_graph` picks the reader from the file name; `save_graph` writes incsched JSON atomically.
 """
@@ -18,7 +18,8 @@ __all__ = ["load_graph", "save_graph", "graph_to_dict", "graph_from_dict"]
 
 
 def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) -> CompGraph:
-    """Read a graph file: ``.json`` / ``.json.gz`` (incsched), ``.gml`` (ICML'24 peer form).
+    """Read a graph file: ``.json`` / ``.json.gz`` (incsched), ``.gml`` (ICML'24 peer form), ``.onnx``
+    (an ONNX model, read by `incsched.formats.onnx.read_onnx`; needs the ``onnx`` extra).
 
     Parameters
     ----------
@@ -47,7 +48,11 @@ def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) ->
         from .gml import read_gml
 
         return read_gml(path, limits=lim)
-    raise FormatError(f"{path}: unknown graph file type {suffix!r} (expected .json, .json.gz or .gml)")
+    if suffix in (".onnx", ".onnx.gz"):
+        from .onnx import read_onnx
+
+        return read_onnx(path, limits=lim)
+    raise FormatError(f"{path}: unknown graph file type {suffix!r} (expected .json, .json.gz, .gml or .onnx)")
 
 
 def save_graph(graph: CompGraph, path: str | os.PathLike) -> None:
