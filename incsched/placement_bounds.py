@@ -486,14 +486,16 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
     problem : PlacementProblem
     settings : incsched.solvers.SolverSettings
         ``time_limit`` caps the whole computation (split between the whole problem and the
-        segments); seed and determinism apply to every CP-SAT run.
+        segments): deterministic seconds in deterministic mode, so the bound never depends on the
+        load, wall seconds otherwise; seed and determinism apply to every CP-SAT run.
 
     Returns
     -------
     (int, dict)
         The bound in ticks (at least `placement_bound`'s) and ``info``: ``families`` (each value),
-        ``reproducible`` (deterministic settings and no window cut by the clock or skipped: the
-        same bound on every rerun, whatever the load), ``seconds``.
+        ``reproducible`` (deterministic settings and no window cut or skipped by the clock: the
+        same bound on every rerun, whatever the load), ``work`` (CP-SAT deterministic seconds),
+        ``seconds``.
     """
     import time
     from dataclasses import replace
@@ -501,18 +503,22 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
     from incsched.solvers.cpsat.placement_bounds import window_bound
 
     started = time.perf_counter()
-    deadline = started + settings.time_limit
     capped = [False]
+    spent = [0.0]  # of settings.time_limit: deterministic seconds in deterministic mode, else wall
+    work = [0.0]  # CP-SAT deterministic seconds
     memo: dict[bytes, int] = {}
 
     def strong(p: PlacementProblem, share: float) -> int:
         key = p.signature()
         if key in memo:
             return memo[key]
-        limit = max(1e-3, min(share, deadline - time.perf_counter()))
+        left = settings.time_limit - (spent[0] if settings.deterministic else time.perf_counter() - started)
+        limit = max(1e-3, min(share, left))
         h = energetic_heads(p, transfer_heads(p))
         t = energetic_heads(p, transfer_tails(p), forward=False)
         wb, info = window_bound(p, replace(settings, time_limit=limit), head=h, tail=t)
+        spent[0] += info["spent"]
+        work[0] += info["work"]
         capped[0] = capped[0] or not info["reproducible"]
         det = placement_bound_details(p, segments=False, head=info["head"], tail=info["tail"])
         memo[key] = max(int(wb), det["bound"])
@@ -526,7 +532,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
         if n_parts > 1:
             families["window_segment_sum"] = segment_sum_bound(problem, lambda sub: strong(sub, share / n_parts))
     bound = max(families.values())
-    return int(bound), {"families": families, "reproducible": bool(settings.deterministic and not capped[0]),
+    return int(bound), {"families": families, "reproducible": bool(settings.deterministic and not capped[0]), "work": work[0],
                         "seconds": time.perf_counter() - started}
 
 

@@ -12,7 +12,10 @@ import numpy as np
 from .problems import PlacementProblem, PlacementWindow
 from .problems.stage import StageProblem
 
-__all__ = ["stage_window", "stage_band_window", "placement_window", "window_is_everything"]
+__all__ = [
+    "stage_window", "stage_band_window", "window_is_everything",
+    "placement_window", "ranked_devices", "start_window", "free_in", "device_pair", "time_slice",
+]
 
 
 def stage_window(problem: StageProblem, center, radius) -> tuple[np.ndarray, np.ndarray]:
@@ -92,3 +95,67 @@ def placement_window(problem: PlacementProblem, device, *, hops: int = 1) -> Pla
         np.logical_or.at(grown, g.dst, reach[g.src])
         reach = grown
     return PlacementWindow(reach & problem.allowed_devices())
+
+
+def ranked_devices(problem: PlacementProblem, device, preference, *, mass: float) -> np.ndarray:
+    """Allowed devices per node: the incumbent's, plus the devices the policy ranks first until
+    they hold ``mass`` of its probability.
+
+    A node the policy is sure of keeps one or two devices; one it hesitates over keeps several,
+    so the window is sized by the policy's confidence, node by node.
+
+    Parameters
+    ----------
+    device : int array [n]
+        The incumbent's devices.
+    preference : float array [n, D]
+        Per node, the policy's probability of each device (rows sum to 1).
+    mass : float
+        Probability to cover, in (0, 1].
+    """
+    device = np.asarray(device, dtype=np.int64)
+    pref = np.asarray(preference, dtype=np.float64)
+    order = np.argsort(-pref, axis=1, kind="stable")
+    covered = np.take_along_axis(pref, order, axis=1).cumsum(axis=1)
+    # Keep rank r while the ranks before it cover less than `mass` (the top device always).
+    keep = np.concatenate([np.ones((len(pref), 1), dtype=bool), covered[:, :-1] < mass], axis=1)
+    allowed = np.zeros_like(keep)
+    np.put_along_axis(allowed, order, keep, axis=1)
+    allowed[np.arange(len(device)), device] = True
+    return allowed & problem.allowed_devices()
+
+
+def start_window(start, slack: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start ticks within ``slack`` of the incumbent's: ``[max(s - slack, 0), s + slack]`` per node.
+
+    Holding starts near the incumbent's keeps the model's domains small where the search is
+    otherwise lost among equivalent orders; the incumbent always lies inside.
+    """
+    s = np.asarray(start, dtype=np.int64)
+    return np.maximum(s - int(slack), 0), s + int(slack)
+
+
+def free_in(problem: PlacementProblem, device, free, devices=None) -> np.ndarray:
+    """Allowed devices for a large-neighbourhood round: the ``free`` nodes (bool [n]) may take any
+    of ``devices`` (bool [D]; default every device) besides their own, every other node keeps its
+    incumbent device. Start times are left to the caller's window."""
+    device = np.asarray(device, dtype=np.int64)
+    n, D = len(device), problem.n_devices
+    allowed = np.zeros((n, D), dtype=bool)
+    allowed[np.arange(n), device] = True
+    cols = np.ones(D, dtype=bool) if devices is None else np.asarray(devices, dtype=bool)
+    allowed[np.asarray(free, dtype=bool)] |= cols
+    return allowed & problem.allowed_devices()
+
+
+def device_pair(device, a: int, b: int) -> np.ndarray:
+    """The nodes on devices ``a`` and ``b`` (bool [n]): a round that rebalances one pair of devices."""
+    device = np.asarray(device, dtype=np.int64)
+    return (device == a) | (device == b)
+
+
+def time_slice(start, end, lo: int, hi: int) -> np.ndarray:
+    """The nodes running at some time in ``[lo, hi)`` (bool [n]): a round that repacks one stretch
+    of the schedule across every device."""
+    start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    return (start < hi) & (end > lo)

@@ -1,12 +1,19 @@
-"""Inc-ILP on the placement problem: incumbent -> segments or widening windows -> full model -> proof.
+"""Inc-ILP on the placement problem: incumbent -> segments or widening windows -> rounds -> proof.
 
     run(ctx, method)
       portfolio incumbent       the policy, HEFT and critical-path list, then local search (incumbent.py)
+      strengthen_bound(ctx)     exact CP-SAT windows around every node raise the global bound
       segments(ctx)             graphs with cut nodes: each stretch between two solved and bounded
                                 on its own; the glued answer competes, the bounds add up
       or windows(ctx)           each op may move to the devices its neighbours use (hops=1), solved
                                 hinted; re-centred while it improves, widened by a hop once it
                                 settles, until the window holds every device
+      ranked(ctx)               each op may take the devices the policy ranks first (as many as its
+                                confidence needs) with starts near the incumbent's; the start
+                                slack doubles while the optimum touches its edge or improves
+      rounds(ctx)               large neighbourhoods no single window holds: one pair of devices,
+                                then one time slice across all devices, at a time, re-centred
+                                on every improvement, until a whole pass improves nothing
       prove(ctx)                the full model, hinted by the best, all that is left
 
 Every answer is executed by the independent simulator in its solved order and must reproduce the
@@ -19,6 +26,8 @@ import logging
 import time
 from dataclasses import replace
 
+import numpy as np
+
 from incsched.solvers import SolverOutput, SolverSettings
 from incsched.solvers.cpsat.placement import solve_placement
 from incsched.solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
@@ -30,7 +39,7 @@ from ..baselines.list_scheduling import list_schedule, mean_costs
 from ..evaluate.simulate import Schedule, simulate
 from ..problems.decompose import compose, decomposable, segments as cut_segments, subproblem
 from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
-from ..relax import placement_window
+from ..relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice
 from .context import Context
 from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
 from .stage import SolverDisagreement
@@ -47,6 +56,21 @@ WINDOW_SHARE = 0.15
 
 #: Window solves at most, re-centred or widened, before the full model takes over.
 MAX_WINDOWS = 8
+
+#: Ranked windows: the policy's probability each op's devices cover, the first start slack as a
+#: share of the incumbent's makespan, the share of the nominal budget of one solve, and solves at most.
+RANKED_MASS = 0.8
+RANKED_SLACK = 0.05
+RANKED_SHARE = 0.08
+MAX_RANKED = 4
+
+#: Large-neighbourhood rounds: the share of the nominal budget they may spend in all and per round,
+#: the ops a time slice frees (about: whole list-schedule steps are taken), and the start slack of
+#: every op as a share of the incumbent's makespan (an improvement moves later ops by at most that).
+ROUNDS_SHARE = 0.3
+ROUND_SHARE = 0.02
+SLICE_NODES = 48
+ROUND_SLACK = 0.2
 
 #: Share of the nominal budget the per-segment solves get (the rest goes to the hinted full model).
 SEGMENT_SHARE = 0.75
@@ -165,6 +189,8 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
         segments(ctx)
     else:
         windows(ctx)
+        ranked(ctx)
+    rounds(ctx)
     if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
         prove(ctx)
 
@@ -195,6 +221,7 @@ def strengthen_bound(ctx: Context) -> None:
     """
     with ctx.timed("bound"):
         bound, info = placement_bound_cpsat(ctx.problem, ctx.settings(BOUND_SHARE * ctx.nominal_work))
+    ctx.work_spent += info["work"]
     if ctx.deterministic and not info["reproducible"]:
         ctx.wall_capped = True  # a window the clock cut or skipped: the bound may differ on rerun
     ctx.record("bound", bound=bound, families=info["families"])
@@ -223,6 +250,124 @@ def windows(ctx: Context) -> None:
         if out.status != "optimal":
             return  # the window is too hard for its share: the full model takes over
         hops += 1
+
+
+def _open(ctx: Context) -> bool:
+    """Whether there is still something to search for: time, work and a gap left."""
+    return not ctx.stopped() and ctx.best_value > ctx.lower_bound
+
+
+def _executed(ctx: Context) -> Schedule:
+    """The best placement as the simulator runs it (start and end ticks)."""
+    return simulate(ctx.problem, ctx.best, "ordered")
+
+
+def ranked(ctx: Context) -> None:
+    """Windows of the devices the learned policy ranks first, with starts near the incumbent's.
+
+    The policy reads the incumbent's own schedule (`device_preferences`: teacher-forced decoding)
+    and each op keeps its device plus those the policy ranks first until they cover `RANKED_MASS`
+    of its probability. Starts may move `RANKED_SLACK` of the makespan either way; where the optimum
+    improves or touches a start's edge the window is re-centred and its slack doubled. Runs only
+    where the portfolio ran the policy (its load is paid for), so short budgets skip it by rule.
+    """
+    p: PlacementProblem = ctx.problem
+    if not _open(ctx) or not _policy_loaded(ctx):
+        return
+    from ..policy.placement_policy import device_preferences  # torch: already imported by the portfolio
+
+    slack = max(int(RANKED_SLACK * ctx.best_value), 1)
+    for _ in range(MAX_RANKED):
+        if not _open(ctx):
+            return
+        sched = _executed(ctx)
+        with ctx.timed("ranked"):
+            best = Placement(ctx.best.device, ctx.best.order, start=sched.start)
+            allowed = ranked_devices(p, best.device, device_preferences(p, best), mass=RANKED_MASS)
+            lo, hi = start_window(sched.start, slack)
+            window = PlacementWindow(allowed, lo, hi)
+            out = solve_cpsat(p, ctx.settings(RANKED_SHARE * ctx.nominal_work), window=window, hint=best)
+        ctx.charge(out)
+        touched = _touches(out, lo, hi)
+        ctx.record("ranked", slack=slack, status=out.status, objective=out.objective, touched=touched,
+                   devices_per_node=float(allowed.sum(1).mean()))
+        improved = _take(ctx, out, "ranked")
+        if not (improved or touched):
+            return  # settled inside: a wider start range is left to the rounds and the full model
+        slack *= 2
+
+
+def _policy_loaded(ctx: Context) -> bool:
+    """The portfolio ran the policy (a log line says so): its weights and torch are in memory."""
+    return any(step["phase"] == "incumbent" and "rl" in (step.get("scores") or {}) for step in ctx.steps)
+
+
+def _touches(out: SolverOutput, lo, hi) -> bool:
+    """Whether CP-SAT's answer puts some op at an edge of its start range that could have moved."""
+    raw = out.info.get("cpsat_start")
+    if raw is None:
+        return False
+    raw = np.asarray(raw, dtype=np.int64)
+    return bool(np.any((raw == lo) & (lo > 0)) or np.any(raw == hi))
+
+
+def rounds(ctx: Context) -> None:
+    """Large-neighbourhood rounds: free one pair of devices, or one time slice, at a time.
+
+    A pair round lets the ops of two devices trade places (every other op keeps its device); a
+    slice round lets the ops running in one stretch of the schedule take any device. Starts stay
+    within `ROUND_SLACK` of the makespan of the incumbent's, which keeps each model small. Each
+    round is solved hinted by the best; an improvement re-centres the rounds on it, and a whole
+    pass without one ends them.
+    """
+    p: PlacementProblem = ctx.problem
+    if p.n_devices < 2 or not _open(ctx):
+        return
+    spent, per_round, share = 0.0, ROUND_SHARE * ctx.nominal_work, ROUNDS_SHARE * ctx.nominal_work
+    done = 0
+    while _open(ctx):
+        improved = False
+        for name, free, devices in _neighbourhoods(ctx, _executed(ctx)):
+            if not _open(ctx):
+                return
+            if spent + per_round > share:
+                ctx.record("rounds", rounds=done, note="their share of the budget is spent")
+                return
+            sched = _executed(ctx)
+            lo, hi = start_window(sched.start, max(int(ROUND_SLACK * ctx.best_value), 1))
+            window = PlacementWindow(free_in(p, ctx.best.device, free, devices), lo, hi)
+            with ctx.timed("rounds"):
+                out = solve_cpsat(p, ctx.settings(per_round), window=window, hint=ctx.best)
+            ctx.charge(out)
+            spent += per_round
+            done += 1
+            if _take(ctx, out, f"round {name}"):
+                ctx.record("round", neighbourhood=name, free=int(free.sum()), objective=ctx.best_value)
+                improved = True
+                break  # re-centre: the neighbourhoods follow the new best
+        if not improved:
+            ctx.record("rounds", rounds=done, note="a whole pass improved nothing")
+            return
+
+
+def _neighbourhoods(ctx: Context, sched: Schedule):
+    """The rounds of one pass: device pairs, most unequal busy time first, then time slices."""
+    p: PlacementProblem = ctx.problem
+    device = np.asarray(ctx.best.device)
+    busy = np.bincount(device, weights=(sched.end - sched.start), minlength=p.n_devices)
+    pairs = sorted(((a, b) for a in range(p.n_devices) for b in range(a + 1, p.n_devices)),
+                   key=lambda ab: (-abs(busy[ab[0]] - busy[ab[1]]), ab))
+    for a, b in pairs:
+        devices = np.zeros(p.n_devices, dtype=bool)
+        devices[[a, b]] = True
+        yield f"devices {a},{b}", device_pair(device, a, b), devices
+    # Slices of about SLICE_NODES ops by start order, each overlapping the next by half.
+    order = np.argsort(sched.start, kind="stable")
+    step = max(SLICE_NODES // 2, 1)
+    for first in range(0, max(len(order) - step, 1), step):
+        chosen = order[first:first + SLICE_NODES]
+        lo, hi = int(sched.start[chosen].min()), int(sched.end[chosen].max())
+        yield f"slice {lo}-{hi}", time_slice(sched.start, sched.end, lo, hi), None
 
 
 def _take(ctx: Context, out: SolverOutput, phase: str) -> bool:

@@ -47,6 +47,7 @@ __all__ = [
     "SEL_FEATURES",
     "PLC_FEATURES",
     "preschedule",
+    "device_preferences",
     "save_placement_policy",
     "load_placement_policy",
     "DEFAULT_CHECKPOINT",
@@ -743,3 +744,38 @@ def preschedule(
     k = default_samples(problem.n_nodes) if samples is None else int(samples)
     with torch.inference_mode():
         return model.preschedule(problem, seed, samples=k, temperature=SAMPLE_TEMPERATURE)
+
+
+def device_preferences(problem: PlacementProblem, placement: Placement, *, checkpoint=None) -> np.ndarray:
+    """How the shipped policy ranks the devices of every op, decoding along ``placement``.
+
+    The decoder follows ``placement`` (its start order and devices) as a teacher, and at each op's
+    step the PLC head's softmax over devices is read: the policy's view of where that op could have
+    gone, in the incumbent's own context. Identical devices are relabelled by first use inside the
+    decoder; the probabilities come back under ``placement``'s labels.
+
+    Returns
+    -------
+    float64 array [n, D]
+        Row v sums to 1: the policy's probability of each device for node v.
+    """
+    model = _cached_policy(str(Path(DEFAULT_CHECKPOINT if checkpoint is None else checkpoint).resolve()))
+    n, D = problem.n_nodes, problem.n_devices
+    with torch.inference_mode():
+        heads = model.numpy_heads(problem)
+    if placement.start is None:
+        raise ValueError("device_preferences: the placement needs its start ticks (simulate it first)")
+    traj = decode(problem, heads, teacher=(np.asarray(placement.start), np.asarray(placement.device)), record=True)
+    # The decoder's label of each teacher device (first use); unused labels pair up in order.
+    to_teacher = np.full(D, -1, dtype=np.int64)
+    for v, d in zip(traj.node, traj.plc_action):
+        to_teacher[d] = int(placement.device[v])
+    spare = iter(sorted(set(range(D)) - set(to_teacher[to_teacher >= 0].tolist())))
+    to_teacher[to_teacher < 0] = [next(spare) for _ in range(int((to_teacher < 0).sum()))]
+    probs = np.zeros((n, D), dtype=np.float64)
+    for v, f in zip(traj.node, traj.plc_features):
+        hid = np.maximum(f.astype(np.float64) @ heads.plc_dyn + heads.plc_part[v], 0.0)
+        logits = hid @ heads.plc_out
+        e = np.exp(logits - logits.max())
+        probs[v, to_teacher] = e / e.sum()
+    return probs

@@ -30,7 +30,7 @@ from ortools.sat.python import cp_model
 from incsched.problems.placement import PlacementProblem
 
 from .. import SolverSettings
-from .params import make_solver, wall_capped
+from .params import make_solver, wall_cap, wall_capped
 
 __all__ = ["window_bound", "window_heads"]
 
@@ -71,7 +71,7 @@ def window_heads(
     forward: bool = True,
     max_nodes: int = MAX_WINDOW,
     per_window: float = PER_WINDOW,
-    deadline: float | None = None,
+    budget: float | None = None,
 ) -> tuple[list[int], dict]:
     """Raise every node's head (``forward``) or tail by an exact CP-SAT window over its nearest ancestors (descendants).
 
@@ -81,7 +81,8 @@ def window_heads(
         Any devices and links (relaxed to identical devices with fastest durations and cheapest
         transfers between distinct devices).
     settings : SolverSettings
-        Seed and determinism for each window's run; ``time_limit`` caps the whole pass.
+        Seed and determinism for each window's run; ``time_limit`` caps the whole pass, unless
+        ``budget`` is given.
     head : list of int, optional
         Valid heads (tails) to start from, e.g. ``incsched.placement_bounds.transfer_heads``;
         default the longest path with free transfers.
@@ -91,28 +92,37 @@ def window_heads(
         Window size besides the node.
     per_window : float
         CP-SAT seconds per window at most (its proven bound is used when it stops early).
-    deadline : float, optional
-        ``time.perf_counter()`` value after which remaining nodes keep their heads.
+    budget : float, optional
+        What the pass may spend (default ``settings.time_limit``): deterministic seconds summed
+        over its windows in deterministic mode, so which windows run never depends on the load;
+        wall seconds otherwise. Nodes left when it is spent keep their heads.
 
     Returns
     -------
     (list of int, dict)
         The raised heads (each at least the input's) and ``info``: ``windows`` solved,
         ``cache_hits``, ``unproven`` (windows whose optimum was not proven: their bound was used),
-        ``skipped`` (left for lack of time), ``wall_capped`` (a deterministic run cut by the wall
-        clock), ``reproducible`` (deterministic, nothing cut or skipped: the same heads on rerun).
+        ``skipped`` (left when the budget was spent), ``spent`` (of the budget), ``work`` (CP-SAT
+        deterministic seconds), ``wall_capped`` (a
+        deterministic run cut, or a window skipped, by the wall clock), ``reproducible``
+        (deterministic and nothing cut by the clock: the same heads on rerun).
     """
     g = problem.graph
     n, D = g.n_nodes, problem.n_devices
     dmin, cross = _costs(problem)
     head = _chain_heads(problem, dmin, forward) if head is None else [int(h) for h in head]
-    info = {"windows": 0, "cache_hits": 0, "unproven": 0, "skipped": 0, "wall_capped": False,
+    info = {"windows": 0, "cache_hits": 0, "unproven": 0, "skipped": 0, "spent": 0.0, "work": 0.0, "wall_capped": False,
             "reproducible": bool(settings.deterministic), "seconds": 0.0}
     if n == 0 or D == 1:
         return head, info
     started = time.perf_counter()
-    if deadline is None:
-        deadline = started + settings.time_limit
+    budget = settings.time_limit if budget is None else budget
+    clock = started + wall_cap(settings)  # the user's clock (deterministic mode's wall cap)
+    work = 0.0  # deterministic seconds of the windows solved
+
+    def spent() -> float:
+        return work if settings.deterministic else time.perf_counter() - started
+
     order = g.topological_order().tolist()
     if forward:
         bptr, bnbr, beid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
@@ -128,8 +138,12 @@ def window_heads(
         # A node whose one input has no other consumer gains nothing from a window.
         if len(set(preds)) == 1 and _fanout(g, preds[0], forward) == 1:
             continue
-        if time.perf_counter() >= deadline:
+        if spent() >= budget:
             info["skipped"] += 1
+            continue
+        if settings.deterministic and time.perf_counter() >= clock:
+            info["skipped"] += 1
+            info["wall_capped"] = True  # the clock, not the budget, left this node: it may differ on rerun
             continue
         nodes = _nearest(v, bptr, bnbr, max_nodes)
         nodes.sort(key=lambda u: pos[u])  # a topological order of the window (v last)
@@ -148,22 +162,26 @@ def window_heads(
             info["cache_hits"] += 1
             value = cache[key]
         else:
-            value, proven, capped = _window_start(dur, rel, edges, min(D, len(nodes)), _window_settings(settings, per_window, deadline))
+            value, proven, capped, used = _window_start(
+                dur, rel, edges, min(D, len(nodes)), _window_settings(settings, min(per_window, budget - spent()), clock))
+            work += used
             cache[key] = value
             info["windows"] += 1
             info["unproven"] += 0 if proven else 1
             info["wall_capped"] = info["wall_capped"] or capped
         head[v] = max(head[v], base + value)
     info["seconds"] = time.perf_counter() - started
-    info["reproducible"] = bool(settings.deterministic and not info["wall_capped"] and not info["skipped"])
+    info["spent"], info["work"] = spent(), work
+    info["reproducible"] = bool(settings.deterministic and not info["wall_capped"])
     return head, info
 
 
-def _window_settings(settings: SolverSettings, per_window: float, deadline: float) -> SolverSettings:
+def _window_settings(settings: SolverSettings, per_window: float, clock: float) -> SolverSettings:
     """One window's limits: ``per_window`` (deterministic seconds in deterministic mode, so the
-    answer does not depend on the machine's load), cut by the wall-clock deadline (reported as
-    ``wall_capped`` when it bites)."""
-    remaining = max(1e-3, deadline - time.perf_counter())
+    answer does not depend on the machine's load), cut by the wall clock at ``clock`` (reported
+    as ``wall_capped`` when it bites)."""
+    per_window = max(per_window, 1e-3)
+    remaining = max(1e-3, clock - time.perf_counter())
     if settings.deterministic:
         extra = {"wall_cap_s": remaining} if hasattr(settings, "wall_cap_s") else {}
         return replace(settings, time_limit=per_window, max_deterministic_time=per_window, **extra)
@@ -242,11 +260,11 @@ def _window_start(dur, rel, edges, D, settings) -> tuple[int, bool, bool]:
     solver = make_solver(settings)
     code = solver.solve(model)
     if code == cp_model.INFEASIBLE:  # cannot happen (one device in order is feasible); stay valid
-        return 0, False, False
+        return 0, False, False, solver.deterministic_time
     bound = int(np.floor(solver.BestObjectiveBound() + 1e-9)) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else rel[target]
     if code == cp_model.OPTIMAL:
         bound = int(round(solver.ObjectiveValue()))
-    return max(bound, rel[target]), code == cp_model.OPTIMAL, wall_capped(settings, solver)
+    return max(bound, rel[target]), code == cp_model.OPTIMAL, wall_capped(settings, solver), solver.deterministic_time
 
 
 def window_bound(
@@ -281,14 +299,15 @@ def window_bound(
     started = time.perf_counter()
     trivial = problem.lower_bound_ticks()
     if problem.n_nodes == 0:
-        return 0, {"head": [], "tail": [], "wall_capped": False, "reproducible": bool(settings.deterministic)}
+        return 0, {"head": [], "tail": [], "spent": 0.0, "work": 0.0, "wall_capped": False, "reproducible": bool(settings.deterministic)}
     dmin, _ = _costs(problem)
-    mid = started + settings.time_limit / 2
-    h, hinfo = window_heads(problem, settings, head, forward=True, max_nodes=max_nodes, per_window=per_window, deadline=mid)
+    h, hinfo = window_heads(problem, settings, head, forward=True, max_nodes=max_nodes, per_window=per_window,
+                            budget=settings.time_limit / 2)
     t, tinfo = window_heads(problem, settings, tail, forward=False, max_nodes=max_nodes, per_window=per_window,
-                            deadline=started + settings.time_limit)
+                            budget=settings.time_limit - hinfo["spent"])
     bound = max(trivial, max(a + d + b for a, d, b in zip(h, dmin, t)))
-    info = {"head": h, "tail": t, "heads": hinfo, "tails": tinfo, "wall_capped": hinfo["wall_capped"] or tinfo["wall_capped"],
+    info = {"head": h, "tail": t, "heads": hinfo, "tails": tinfo, "spent": hinfo["spent"] + tinfo["spent"], "work": hinfo["work"] + tinfo["work"],
+            "wall_capped": hinfo["wall_capped"] or tinfo["wall_capped"],
             "reproducible": hinfo["reproducible"] and tinfo["reproducible"],
             "seconds": time.perf_counter() - started}
     return int(bound), info
