@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["Roofline", "ROOFLINES", "DEFAULT_KIND"]
+
 
 @dataclass(frozen=True)
 class Roofline:

@@ -4,6 +4,8 @@ Every error names what was wrong and where (the node, the edge, the file), so a 
 thousands of graphs can report a bad one and move on.
 """
 
+__all__ = ["IncschedError", "GraphError", "CycleError", "FormatError", "CaptureError", "UnknownNameError", "LimitError"]
+
 
 class IncschedError(Exception):
     """Base class of every error incsched raises on purpose."""

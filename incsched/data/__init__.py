@@ -13,6 +13,8 @@ from pathlib import Path
 
 from ..errors import IncschedError
 
+__all__ = ["DATA_DIR", "GRAPHS_DIR", "MODELS_DIR", "shipped_graphs", "shipped_graph_path"]
+
 DATA_DIR = Path(__file__).resolve().parent
 GRAPHS_DIR = DATA_DIR / "graphs"
 MODELS_DIR = DATA_DIR / "models"

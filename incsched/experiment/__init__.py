@@ -6,3 +6,5 @@ solving again.
     incsched experiment run doppler --profile quick -o runs/doppler
     incsched experiment report runs/doppler
 """
+
+__all__: list[str] = []  # the parts are imported from their modules (config, run, report, plots)

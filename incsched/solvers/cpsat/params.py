@@ -9,6 +9,8 @@ from ortools.sat.python import cp_model
 
 from .. import SolverSettings, StopSignal
 
+__all__ = ["STATUS_NAMES", "StoppableSolver", "make_solver", "wall_cap", "wall_capped"]
+
 #: CP-SAT status codes in the words of `solvers.STATUSES`.
 STATUS_NAMES = {
     cp_model.OPTIMAL: "optimal",
