@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from types import MappingProxyType
@@ -17,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from .cost_model import DEFAULT_KIND, ROOFLINES, Roofline
-from . import dag
-from .errors import GraphError
+from . import dag, graph_json
+from .errors import FormatError, GraphError
+from .jsonio import read_json, write_json
+from .limits import InputLimits, input_limits
 
 __all__ = ["CompGraph"]
 
@@ -339,6 +342,60 @@ class CompGraph:
             raise TypeError(f"CompGraph has no field(s) {sorted(unknown)}")
         fields.update(changes)
         return CompGraph(fields.pop("names"), fields.pop("src"), fields.pop("dst"), **fields)
+
+    # ------------------------------------------------------------------ files
+
+    def to_json(self) -> dict[str, Any]:
+        """The versioned JSON-ready dictionary (`incsched.graph_json`; the schema has every field)."""
+        return graph_json.graph_to_dict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, *, source: str = "graph", limits: InputLimits | None = None) -> CompGraph:
+        """Rebuild a graph from `to_json`'s form, every field's JSON type checked first.
+
+        Raises
+        ------
+        FormatError
+            Not an incsched graph of a supported version, a missing field, a field of the wrong
+            JSON type, a name with a NUL or a lone surrogate, a byte count that is not whole.
+        LimitError
+            More nodes or edges than ``limits`` allow (default `incsched.limits.input_limits()`).
+        GraphError
+            The graph it describes is invalid (cycle, unknown node, bad cost ...); ``source`` named.
+        """
+        names, src, dst, fields = graph_json.graph_fields(data, source=source, limits=limits)
+        try:
+            return cls(names, src, dst, **fields)
+        except GraphError as exc:
+            exc.args = (f"{source}: {exc}",)  # keep the type (CycleError keeps .cycle), name the file
+            raise
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the JSON form atomically, gzipped when the name ends in ``.gz`` (as `incsched.save_graph`).
+
+        Raises
+        ------
+        FormatError
+            If the name does not end in ``.json`` or ``.json.gz``.
+        """
+        if not str(path).endswith((".json", ".json.gz")):
+            raise FormatError(f"{path}: graphs are saved as .json or .json.gz")
+        write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, limits: InputLimits | None = None) -> CompGraph:
+        """Read a graph `save` wrote (``.json``, ``.json.gz``); `incsched.load_graph` also reads GML and ONNX.
+
+        >>> import tempfile, os
+        >>> g = CompGraph(["a", "b"], ["a"], ["b"], out_bytes=[4, 0])
+        >>> path = os.path.join(tempfile.mkdtemp(), "g.json.gz")
+        >>> g.save(path); CompGraph.load(path) == g
+        True
+        """
+        if not str(path).endswith((".json", ".json.gz")):
+            raise FormatError(f"{path}: CompGraph.load reads incsched JSON (.json, .json.gz); incsched.load_graph reads .gml and .onnx too")
+        lim = input_limits(limits)
+        return cls.from_json(read_json(path, limits=lim), source=str(path), limits=lim)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CompGraph):

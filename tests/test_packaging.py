@@ -128,3 +128,25 @@ print(json.dumps({"package": incsched.__file__, "status": result.status,
     assert report["status"] in ("optimal", "window_optimal", "feasible")
     assert {Path(p).name for p in report["policy_files"]} == {"stage_policy.pt", "stage_policy.json"}
     assert all(Path(p).is_relative_to(site / "incsched" / "data" / "models") for p in report["policy_files"])
+
+
+def test_graph_save_and_load_round_trip(tmp_path):
+    from incsched import CompGraph, load_graph
+    from incsched.errors import CycleError, FormatError
+
+    g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], flops=[1, 2.5, 3], param_bytes=[2**62 - 1, 0, 1], out_bytes=[4, 4, 0],
+                  compute_time={"cpu": [1e-3, 2e-3, 3e-3]}, name="chain", meta={"model": "x"})
+    for name in ("g.json", "g.json.gz"):
+        g.save(tmp_path / name)
+        assert CompGraph.load(tmp_path / name) == g == load_graph(tmp_path / name)
+        assert CompGraph.load(tmp_path / name).param_bytes[0] == 2**62 - 1  # exact, not through a float
+    assert CompGraph.from_json(g.to_json()) == g
+    with pytest.raises(FormatError, match=r"g\.gml: graphs are saved as \.json or \.json\.gz"):
+        g.save(tmp_path / "g.gml")
+    with pytest.raises(FormatError, match="incsched.load_graph reads .gml and .onnx too"):
+        CompGraph.load(tmp_path / "g.gml")
+    cyclic = g.to_json()
+    cyclic["edges"] = {"src": ["a", "b"], "dst": ["b", "a"], "bytes": [1, 1]}
+    (tmp_path / "cyclic.json").write_text(json.dumps(cyclic))
+    with pytest.raises(CycleError, match=r"cyclic\.json: "):
+        CompGraph.load(tmp_path / "cyclic.json")

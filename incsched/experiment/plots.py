@@ -101,6 +101,8 @@ def _running(pts: list[tuple[float, float]], lower: bool) -> list[tuple[float, f
     for t, y in sorted(pts):
         if not out or (y < out[-1][1] if lower else y > out[-1][1]):
             out.append((t, y))
+    if out and pts and max(pts)[0] > out[-1][0]:
+        out.append((max(pts)[0], out[-1][1]))  # held until the run ended
     return out
 
 
@@ -145,6 +147,7 @@ def gaps(rows: list[dict]):
             ax.plot([i] * len(d), d, ".", color="C0", alpha=0.6, ms=4)
         ax.set_xticks(range(1, len(methods) + 1), methods, rotation=30, ha="right")
         ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_ylim(bottom=0)  # both are non-negative
         ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import csv
 import io
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ..errors import IncschedError
 from ..jsonio import atomic_write_bytes
 from .run import load_run
-from .summary import execution_table, seconds, speedups, summarise
+from .summary import execution_table, seconds, speedups, summarise, versus
 
 __all__ = ["write_report", "MATPLOTLIB_HINT"]
 
@@ -80,29 +81,37 @@ def _markdown(meta, rows, stale, per_instance, per_method, executions, figures) 
         + f"; Python {env['python']}, OR-Tools {libs.get('ortools')}, torch {libs.get('torch')}, numpy {libs.get('numpy')}",
         f"- {env['cpu_model']}, {env['cores']} cores; 1-min load while rows were written "
         + (f"{min(loads):.2f}-{max(loads):.2f}" if loads else "n/a"),
-        f"- command: `{' '.join(env.get('command_line') or [])}`",
+        f"- last command: `{' '.join(env.get('command_line') or [])}`",
     ]
+    commits = Counter((r.get("provenance") or {}).get("git_commit") or "none" for r in rows)
+    if len(commits) > 1:  # rows kept from earlier runs carry their own provenance
+        lines.append("- rows by commit: " + ", ".join(f"{c[:12]} ({n})" for c, n in commits.most_common()))
     lines += [f"- note: {n}" for n in meta.get("notes", [])]
     errors = [r for r in rows if r.get("error")]
     lines += [f"- failed: {r['cell']['graph']} {r['cell']['instance']} {r['cell']['method']}: {r['error']}" for r in errors]
     if per_method:
         ref = cfg.get("report", {}).get("reference")
+        vs = versus(per_instance, ref) if ref else {}
         sp = speedups(per_instance, ref) if ref else {}
-        lines += ["", "## By method", "",
-                  "| method | instances | proven optimal | at best known | mean objective / best | worst | mean gap | median s | total s |"
-                  + (f" time to optimum, {ref} / method (total; median; n) |" if ref else ""),
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if ref else "")]
+        head = ("| method | instances | proven optimal | at best known | mean above best known | worst | mean gap | median s | total s |"
+                + (f" objective / {ref} (mean; n) |" if vs else "") + (f" time to optimum, {ref} / method (total; median; n) |" if sp else ""))
+        lines += ["", "## By method", "", head, "|---|" + "---:|" * (head.count("|") - 2)]
         for m in per_method:
-            s = sp.get(m["method"])
-            lines.append(f"| {m['method']} | {m['instances']} | {m['proven_optimal']} | {m['at_best_known']} | {_f(m['mean_ratio'], 4)} | "
-                         f"{_f(m['worst_ratio'], 4)} | {_pct(m['mean_gap'])} | {_f(m['median_seconds'], 3)} | {_f(m['total_seconds'], 2)} |"
-                         + ((f" {s[0]:.2f}x; {s[1]:.2f}x; {s[2]} |" if s else " |") if ref else ""))
+            line = (f"| {m['method']} | {m['instances']} | {m['proven_optimal']} | {m['at_best_known']} | {_pct(m['mean_excess'])} | "
+                    f"{_pct(m['worst_excess'])} | {_pct(m['mean_gap'])} | {_f(m['median_seconds'], 3)} | {_f(m['total_seconds'], 2)} |")
+            if vs:
+                v = vs.get(m["method"])
+                line += f" {v[0]:.4f}; {v[1]} |" if v else " |"
+            if sp:
+                t = sp.get(m["method"])
+                line += f" {t[0]:.2f}x; {t[1]:.2f}x; {t[2]} |" if t else " |"
+            lines.append(line)
         lines += ["", "## By instance", "",
-                  "| graph | nodes | instance | method | runs | status | objective | / best known | gap | seconds | stopped |",
+                  "| graph | nodes | instance | method | runs | status | objective | above best known | gap | seconds | stopped |",
                   "|---|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
         for p in per_instance:
             obj = _n(p["objective"]) + ("" if p["objective"] == p["objective_max"] else f"-{_n(p['objective_max'])}")
-            best = "" if p["ratio"] is None else f"{p['ratio']:.4f}" + (" (proven)" if p["best_proven"] else "")
+            best = "" if p["ratio"] is None else _pct(p["ratio"] - 1) + (" (of the optimum)" if p["best_proven"] else "")
             lines.append(f"| {p['graph']} | {p['nodes']} | {p['instance']} | {p['method']} | {p['runs']} | {p['status']} | {obj} | {best} | "
                          f"{_pct(p['gap'])} | {_f(p['seconds'], 3)} | {p['stop']} |")
     if executions:
@@ -152,7 +161,7 @@ def _f(x, digits: int) -> str:
 
 
 def _pct(x) -> str:
-    return "" if x is None else f"{100 * x:.3f}%"
+    return "" if x is None else f"{100 * x:.4f}%"
 
 
 def _n(x) -> str:

@@ -11,7 +11,7 @@ import math
 import statistics
 from collections import defaultdict
 
-__all__ = ["seconds", "instance_of", "summarise", "speedups", "execution_table"]
+__all__ = ["seconds", "instance_of", "summarise", "speedups", "versus", "execution_table"]
 
 
 def seconds(row: dict) -> float:
@@ -79,8 +79,8 @@ def summarise(rows: list[dict]) -> tuple[list[dict], list[dict]]:
             "method": m, "instances": len(ps),
             "proven_optimal": sum(p["status"] == "optimal" for p in ps),
             "at_best_known": sum(p["objective"] is not None and p["objective"] == p["best_known"] for p in ps),
-            "mean_ratio": statistics.mean(ratios) if ratios else None,
-            "worst_ratio": max(ratios) if ratios else None,
+            "mean_excess": statistics.mean(ratios) - 1 if ratios else None,
+            "worst_excess": max(ratios) - 1 if ratios else None,
             "mean_gap": statistics.mean(g) if (g := [p["gap"] for p in ps if p["gap"] is not None]) else None,
             "median_seconds": _median([p["seconds"] for p in ps]),
             "total_seconds": sum(p["seconds"] or 0.0 for p in ps),
@@ -101,6 +101,21 @@ def speedups(per_instance: list[dict], reference: str) -> dict[str, tuple[float,
         if pairs:
             ratio = sum(a for a, _ in pairs) / max(sum(b for _, b in pairs), 1e-9)
             out[m] = (ratio, statistics.median(a / max(b, 1e-9) for a, b in pairs), len(pairs))
+    return out
+
+
+def versus(per_instance: list[dict], reference: str) -> dict[str, tuple[float, int]]:
+    """Per method: (mean of its objective / ``reference``'s, instance by instance; how many
+    instances both answered) -- DOPPLER's "makespan against critical-path list"."""
+    by = defaultdict(dict)
+    for p in per_instance:
+        if p["objective"] is not None:
+            by[(p["graph"], p["instance"])][p["method"]] = p["objective"]
+    out = {}
+    for m in {p["method"] for p in per_instance}:
+        ratios = [t[m] / t[reference] for t in by.values() if reference in t and m in t and t[reference]]
+        if ratios:
+            out[m] = (statistics.mean(ratios), len(ratios))
     return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import FormatError
 from ..graph import CompGraph
-from ..jsonio import read_json, write_json
+from ..jsonio import read_json
 from ..limits import InputLimits, input_limits
 from .json_graph import graph_from_dict, graph_to_dict
 
@@ -56,8 +56,5 @@ def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) ->
 
 
 def save_graph(graph: CompGraph, path: str | os.PathLike) -> None:
-    """Write ``graph`` as incsched JSON (gzipped if the name ends in ``.gz``), atomically."""
-    name = str(path)
-    if not (name.endswith(".json") or name.endswith(".json.gz")):
-        raise FormatError(f"{path}: graphs are saved as .json or .json.gz")
-    write_json(path, graph_to_dict(graph))
+    """Write ``graph`` as incsched JSON (gzipped if the name ends in ``.gz``), atomically: `CompGraph.save`."""
+    graph.save(path)
