@@ -44,6 +44,19 @@ class Closure:
     params: np.ndarray  # int64 parameter bytes per node
     ancestor_params: np.ndarray  # int64: parameters of v and all its ancestors
     descendant_params: np.ndarray  # int64: parameters of v and all its descendants
+    counting: np.ndarray  # ancestors as the numbers sums of parameters over them are taken in
+    allowed: np.ndarray | None  # `StageProblem.allowed_stages` (None: the capacities leave a node no stage)
+
+    def weight_in(self, members: np.ndarray, descendants: bool = False) -> np.ndarray:
+        """Parameters of the nodes ``members`` (indices) among each node's ancestors (or descendants).
+
+        Exact: float64 only when the graph's parameters total under 2**53, so that every partial
+        sum is an exact integer; int64 otherwise.
+        """
+        m = self.counting[members] if descendants else self.counting[:, members]
+        p = self.params[members].astype(self.counting.dtype)
+        out = p @ m if descendants else m @ p
+        return out if out.dtype == np.int64 else out.astype(np.int64)
 
 
 def closure(problem: StageProblem) -> Closure | None:
@@ -60,7 +73,12 @@ def closure(problem: StageProblem) -> Closure | None:
         for k in range(pred_ptr[v], pred_ptr[v + 1]):
             row |= anc[pred_idx[k]]
     p = np.asarray(g.param_bytes, dtype=np.int64)
-    return Closure(anc, p, anc @ p, anc.T @ p)
+    counting = anc.astype(np.float64 if int(p.sum()) < 2**53 else np.int64)
+    try:
+        allowed = problem.allowed_stages()
+    except InfeasibleProblem:
+        allowed = None
+    return Closure(anc, p, anc @ p, anc.T @ p, counting, allowed)
 
 
 def _prefix_caps(problem: StageProblem, cap: int) -> tuple[list[int], list[int]]:
@@ -89,28 +107,35 @@ def stage_ranges(problem: StageProblem, cap: int, cl: Closure, rounds: int = 8) 
     K = problem.n_stages
     before, after = _prefix_caps(problem, cap)
     p = cl.params
-    try:
-        allowed = problem.allowed_stages()
-    except InfeasibleProblem:
+    if cl.allowed is None:
         return None
-    allowed &= p[:, None] <= cap
+    allowed = cl.allowed & (p[:, None] <= cap)
     if not allowed.any(axis=1).all():
         return None
     earliest = allowed.argmax(axis=1).astype(np.int64)
     latest = (K - 1 - allowed[:, ::-1].argmax(axis=1)).astype(np.int64)
-    anc = cl.ancestors.astype(np.int64)
     for _ in range(rounds):
         old = (earliest, latest)
+        # On stage k or earlier, v's ancestors share stages 0..k with every node forced there
+        # (latest <= k); the forced set only grows with k, so its weight in each node's
+        # ancestors is kept up to date by the newly forced nodes alone.
+        forced = np.zeros(len(p), dtype=bool)
+        outside = cl.ancestor_params.copy()  # v's ancestors plus the forced nodes, in parameters
         for k in range(K):
-            # On stage k or earlier, v's ancestors share stages 0..k with every node forced there.
-            forced = latest <= k
-            w = int(p[forced].sum()) + cl.ancestor_params - anc @ (p * forced)
-            earliest = np.where((earliest == k) & (w > before[k]), k + 1, earliest)
+            new = np.flatnonzero((latest <= k) & ~forced)
+            if new.size:
+                outside += int(p[new].sum()) - cl.weight_in(new)
+                forced[new] = True
+            earliest = np.where((earliest == k) & (outside > before[k]), k + 1, earliest)
+        # On stage k or later, v's descendants share stages k..K-1 with every node forced there.
+        forced[:] = False
+        outside = cl.descendant_params.copy()
         for k in range(K - 1, -1, -1):
-            # On stage k or later, v's descendants share stages k..K-1 with every node forced there.
-            forced = earliest >= k
-            w = int(p[forced].sum()) + cl.descendant_params - anc.T @ (p * forced)
-            latest = np.where((latest == k) & (w > after[k]), k - 1, latest)
+            new = np.flatnonzero((earliest >= k) & ~forced)
+            if new.size:
+                outside += int(p[new].sum()) - cl.weight_in(new, descendants=True)
+                forced[new] = True
+            latest = np.where((latest == k) & (outside > after[k]), k - 1, latest)
         earliest, latest = _propagate(problem, earliest, latest)
         if np.any(earliest > latest):
             return None
@@ -153,6 +178,24 @@ def peak_lower_bound(problem: StageProblem, cl: Closure, hi: int | None = None) 
         return lo
     if stage_ranges(problem, hi, cl) is None:
         return hi + 1
+    # First the node-by-node rule alone (no matrix products): a cap under which some node's
+    # ancestors need more stages than its descendants leave is refused by `stage_ranges` too.
+    K = problem.n_stages
+    simple_hi = hi
+    while lo < simple_hi:
+        mid = (lo + simple_hi) // 2
+        if np.any(-(-cl.ancestor_params // mid) + -(-cl.descendant_params // mid) > K + 1):
+            lo = mid + 1
+        else:
+            simple_hi = mid
+    # Then gallop up from there: the full rules usually settle within a few bytes of it.
+    step = 1
+    while lo < hi:
+        probe = min(lo + step - 1, hi)
+        if stage_ranges(problem, probe, cl) is not None:
+            hi = probe
+            break
+        lo, step = probe + 1, 2 * step
     while lo < hi:
         mid = (lo + hi) // 2
         if stage_ranges(problem, mid, cl) is None:
@@ -169,7 +212,8 @@ def crossing_bounds(problem: StageProblem, earliest: np.ndarray, latest: np.ndar
     whose earliest is b or later; the edges leaving it are a cut between those two sets with
     precedence arcs of infinite capacity, so at least a minimum s-t cut crosses (in the problem's
     units: bytes, or edges in the peer form). Summed they bound ``comm_total``, their maximum
-    ``comm_peak``.
+    ``comm_peak``. (Relaxing the down-set's parameter limits under a cap into the cut, Lagrange
+    style, raised no bound on any benchmark instance, so it is not done.)
     """
     g = problem.graph
     comm = problem.edge_comm.tolist()

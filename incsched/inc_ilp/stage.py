@@ -166,7 +166,7 @@ class Reduction:
             cl = closure(p)
             peak = None
             if cl is not None and (p.weights.mem_peak > 0 or p.capacity is not None):
-                peak = peak_lower_bound(p, cl)
+                peak = peak_lower_bound(p, cl, hi=max(_loads(p, ctx.best)))  # the best's peak is met
         red = cls(cl, peak)
         red.renew(ctx)
         return red
