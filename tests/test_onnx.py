@@ -214,8 +214,9 @@ def test_exported_zoo_models_match_their_torch_capture(tmp_path, name):
     g = load_graph(_export(model, inputs, tmp_path / f"{name}.onnx"))
 
     assert abs(g.n_nodes - torch_graph.n_nodes) <= node_tol * torch_graph.n_nodes, (g.n_nodes, torch_graph.n_nodes)
-    if node_tol == 0:
+    if node_tol == 0:  # the same graph: the same tensors on its edges
         assert g.n_edges == torch_graph.n_edges
+        assert g.out_bytes.sum() == torch_graph.out_bytes.sum() and g.edge_bytes.sum() == torch_graph.edge_bytes.sum()
     assert g.meta["initializer_bytes"] == _read_param_bytes(model, torch_graph)
     assert g.meta["constant_bytes"] < 2048  # the exporter's own scalars and shapes
     matrix = sum(f for f, op in zip(g.flops, g.op) if op in MATRIX_OPS)

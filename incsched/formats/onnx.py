@@ -195,8 +195,7 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
         if node is not None and node.op_type == "SplitToSequence":  # its pieces: as many bytes as its input
             tensors.set_bytes(node.output[0], tensors.bytes_of(node.input[0]))
     producer = {x: v for v, outs in enumerate(node_outputs) for x in outs}
-    out_bytes = [sum(tensors.bytes_of(x) or 0 for x in outs) if kinds[v] != "input" else tensors.bytes_of(outs[0]) or 0
-                 for v, outs in enumerate(node_outputs)]
+    out_bytes = [sum(tensors.bytes_of(x) or 0 for x in outs) for outs in node_outputs]
     param_bytes = [0] * len(names)
     charged: set[str] = set()
     readers: dict[str, list[str]] = {}  # weight -> the nodes that read it, the first charged
@@ -237,8 +236,7 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
         "unknown_size_tensors": tensors.unknown_count(node_outputs),
         "coarsening": [],
     }
-    inputs_kept = [v for v, k in enumerate(kinds) if k == "input"]
-    if any(tensors.bytes_of(node_outputs[v][0]) is None for v in inputs_kept):
+    if any(tensors.bytes_of(outs[0]) is None for outs, kind in zip(node_outputs, kinds) if kind == "input"):
         log.warning("%s: some inputs have unknown shapes; their bytes are counted as 0", source)
     src, dst = [u for u, _ in edges], [v for _, v in edges]
     graph = CompGraph(
