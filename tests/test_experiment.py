@@ -249,3 +249,40 @@ def test_core_and_runner_import_without_matplotlib():
             "import incsched, incsched.cli, incsched.experiment.run, incsched.experiment.report\n"
             "assert 'matplotlib.pyplot' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ---------------------------------------------------------------------------- executions
+
+EXECUTION = """
+name = "tiny_execution"
+seeds = [0]
+
+[[executions]]
+model = "resnet18"
+image_size = 64
+devices = ["cpu", "cpu"]
+single_device = true
+methods = [{ name = "heft", time_limit = 5 }]
+timed_runs = 1
+profile_runs = 1
+"""
+
+
+@pytest.mark.slow
+def test_execution_cells_measure_placements_and_single_devices(tmp_path):
+    cfg = tmp_path / "exec.toml"
+    cfg.write_text(EXECUTION)
+    out = tmp_path / "run"
+    summary = run_experiment(load_experiment(cfg), out)
+    assert (summary["planned"], summary["solved"], summary["failed"]) == (2, 2, 0)
+    _, rows, _ = load_run(out)
+    by = {r["cell"]["method"]: r for r in rows}
+    assert set(by) == {"heft", "only cpu"}
+    for r in rows:
+        v = r["validation"]
+        assert v["max_abs_diff"] == 0 and v["measured"]["makespan_s"] > 0 and v["predicted"]["makespan_s"] > 0
+        assert all(k in r["provenance"] for k in PROVENANCE) and r["cell"]["nodes"] > 50
+    assert by["heft"]["result"]["stop_reason"] == by["heft"]["provenance"]["stop_reason"]
+    text = (Path(write_report(out, plots=False)[0])).read_text()
+    assert "## Executed on real devices" in text and "| resnet18 | placement on cpu,cpu | only cpu |" in text
+    assert run_experiment(load_experiment(cfg), out)["reused"] == 2

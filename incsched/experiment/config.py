@@ -116,6 +116,7 @@ class ExecutionSpec:
     single_device: bool = False
     weights: dict[str, float] | None = None
     batch_size: int = 1
+    image_size: int | None = None
     micro_batches: int = 4
     timed_runs: int = 3
     profile_runs: int = 5
@@ -303,8 +304,8 @@ def _method(t: dict, where: str, src: str) -> MethodSpec:
 
 
 def _execution(t: dict, where: str, src: str) -> ExecutionSpec:
-    _known(t, {"model", "kind", "devices", "methods", "single_device", "weights", "batch_size", "micro_batches", "timed_runs",
-               "profile_runs"}, where, src)
+    _known(t, {"model", "kind", "devices", "methods", "single_device", "weights", "batch_size", "image_size", "micro_batches",
+               "timed_runs", "profile_runs"}, where, src)
     kind = _get(t, "kind", str, where, src, default="placement")
     if kind not in ("stage", "placement"):
         raise ConfigError(f"{src}: {where}.kind: must be 'stage' or 'placement', got {kind!r}")
@@ -325,6 +326,7 @@ def _execution(t: dict, where: str, src: str) -> ExecutionSpec:
     return ExecutionSpec(model=_get(t, "model", str, where, src, required=True), kind=kind, devices=devices, methods=methods,
                          single_device=single, weights=_weights(t.get("weights"), f"{where}.weights", src),
                          batch_size=_get(t, "batch_size", int, where, src, default=1, low=1),
+                         image_size=_get(t, "image_size", int, where, src, default=None, low=8),
                          micro_batches=_get(t, "micro_batches", int, where, src, default=4, low=1),
                          timed_runs=_get(t, "timed_runs", int, where, src, default=3, low=1),
                          profile_runs=_get(t, "profile_runs", int, where, src, default=5, low=1))

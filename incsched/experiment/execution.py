@@ -85,9 +85,9 @@ def _prepare(spec: ExecutionSpec, devices: list[str]):
     from ..execute.validate import device_problem
     from ..problems import ObjectiveWeights, StageProblem
 
-    memo = (spec.model, spec.batch_size, tuple(devices), spec.profile_runs, spec.kind, repr(spec.weights))
+    memo = (spec.model, spec.batch_size, spec.image_size, tuple(devices), spec.profile_runs, spec.kind, repr(spec.weights))
     if memo not in _captured:
-        model, inputs = zoo.build(spec.model, batch_size=spec.batch_size)
+        model, inputs = zoo.build(spec.model, batch_size=spec.batch_size, image_size=spec.image_size)
         captured = capture(model, inputs, name=spec.model)
         graph, _ = profile_devices(captured, devices, repeats=spec.profile_runs, warmup=2)
         captured = dataclasses.replace(captured, graph=graph)

@@ -215,16 +215,16 @@ def measured(rows: list[dict]):
     meas = [ms * r["validation"]["measured"]["makespan_s"] for r in ex]
     axes[0].scatter(pred, meas, s=12)
     for r, x, y in zip(ex, pred, meas):
-        axes[0].annotate(f"{r['cell']['graph']} {r['cell']['method']}", (x, y), fontsize=5)
+        axes[0].annotate(f"{r['cell']['graph']} {r['cell']['problem']} {r['cell']['method']}", (x, y), fontsize=5)
     hi = max(pred + meas) * 1.1
     axes[0].plot([0, hi], [0, hi], color="grey", lw=0.5)
     axes[0].set_xlabel("predicted ms")
     axes[0].set_ylabel("measured ms")
     axes[0].set_title("fidelity of the cost model")
-    labels = [f"{r['cell']['graph']}\n{r['cell']['method']}" for r in ex]
+    labels = [f"{r['cell']['graph']} {r['cell']['problem']}\n{r['cell']['method']}" for r in ex]
     axes[1].bar(range(len(ex)), meas, color=["C1" if r["cell"]["method"].startswith("only ") else "C0" for r in ex])
     axes[1].set_xticks(range(len(ex)), labels, rotation=60, ha="right", fontsize=5)
     axes[1].set_ylabel("measured makespan (ms)")
-    axes[1].set_title("placements (blue) and single devices (orange)")
+    axes[1].set_title("solved answers (blue), one device alone (orange)")
     fig.tight_layout()
     return fig

@@ -88,32 +88,34 @@ def summarise(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return per_instance, per_method
 
 
-def speedups(per_instance: list[dict], reference: str) -> dict[str, tuple[float, float, int]]:
-    """Per method: (total time to proven optimum of ``reference`` / its own, on the instances both
-    proved; the per-instance median of that ratio; how many instances)."""
+def _paired(per_instance: list[dict], field: str, reference: str) -> dict[str, list[tuple[float, float]]]:
+    """Per method: (``reference``'s value, its own) of ``field`` on each instance both have it for."""
     by = defaultdict(dict)
     for p in per_instance:
-        if p["proven_seconds"] is not None:
-            by[(p["graph"], p["instance"])][p["method"]] = p["proven_seconds"]
+        if p[field] is not None:
+            by[(p["graph"], p["instance"])][p["method"]] = p[field]
     out = {}
     for m in {p["method"] for p in per_instance}:
         pairs = [(t[reference], t[m]) for t in by.values() if reference in t and m in t]
         if pairs:
-            ratio = sum(a for a, _ in pairs) / max(sum(b for _, b in pairs), 1e-9)
-            out[m] = (ratio, statistics.median(a / max(b, 1e-9) for a, b in pairs), len(pairs))
+            out[m] = pairs
     return out
+
+
+def speedups(per_instance: list[dict], reference: str) -> dict[str, tuple[float, float, int]]:
+    """Per method: (total time to proven optimum of ``reference`` / its own, on the instances both
+    proved; the per-instance median of that ratio; how many instances)."""
+    return {m: (sum(a for a, _ in pairs) / max(sum(b for _, b in pairs), 1e-9), statistics.median(a / max(b, 1e-9) for a, b in pairs),
+                len(pairs))
+            for m, pairs in _paired(per_instance, "proven_seconds", reference).items()}
 
 
 def versus(per_instance: list[dict], reference: str) -> dict[str, tuple[float, int]]:
     """Per method: (mean of its objective / ``reference``'s, instance by instance; how many
     instances both answered) -- DOPPLER's "makespan against critical-path list"."""
-    by = defaultdict(dict)
-    for p in per_instance:
-        if p["objective"] is not None:
-            by[(p["graph"], p["instance"])][p["method"]] = p["objective"]
     out = {}
-    for m in {p["method"] for p in per_instance}:
-        ratios = [t[m] / t[reference] for t in by.values() if reference in t and m in t and t[reference]]
+    for m, pairs in _paired(per_instance, "objective", reference).items():
+        ratios = [b / a for a, b in pairs if a]
         if ratios:
             out[m] = (statistics.mean(ratios), len(ratios))
     return out
