@@ -367,3 +367,15 @@ def test_devices_that_are_not_here_are_named_before_anything_runs(bad):
     with pytest.raises(ExecutionError, match=bad.split(":")[0]):
         check_devices(["cpu", bad])
     assert check_devices(["cpu", "cpu"]) == [torch.device("cpu"), torch.device("cpu")]
+
+
+def test_default_devices_count_trailing_empty_stages():
+    from types import SimpleNamespace
+
+    from incsched.execute.validate import default_devices
+
+    # K = 4 with the last stage empty: four workers, not max(stage) + 1 = 3.
+    r = SimpleNamespace(problem="stage", stages=[0, 1, 2, 2], terms={"stage_mem": [5, 5, 5, 0]}, order=None)
+    assert default_devices(r) == ["cpu"] * 4
+    assert default_devices(SimpleNamespace(problem="stage", stages=[0, 2], terms={}, order=None)) == ["cpu"] * 3
+    assert default_devices(SimpleNamespace(problem="placement", stages=None, terms={}, order=[[0], [1]])) == ["cpu"] * 2

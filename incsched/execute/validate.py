@@ -386,10 +386,15 @@ def rank_placements(
 
 
 def default_devices(result) -> list[str]:
-    """One ``"cpu"`` worker per stage (the result's highest stage + 1) or per device of ``result``."""
+    """One ``"cpu"`` worker per stage or per device of ``result``.
+
+    The stage count is the problem's (one memory per stage in ``terms["stage_mem"]``), so trailing
+    empty stages still get their worker; results without it fall back to the highest stage + 1.
+    """
     if result.problem == "placement":
         return ["cpu"] * max(1, len(result.order or []))
-    return ["cpu"] * (max(result.stages or [0]) + 1)
+    stage_mem = (result.terms or {}).get("stage_mem")
+    return ["cpu"] * (len(stage_mem) if stage_mem else max(result.stages or [0]) + 1)
 
 
 def validate_result(
