@@ -179,6 +179,8 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--measure", action="store_true", help="measure per-node time on --device (median of repeats)")
     cap.add_argument("--device", default="cpu", help="device for measured times (cpu, cuda)")
     cap.add_argument("--repeats", type=_count, default=5)
+    cap.add_argument("--granularity", type=_granularity, default="op", help="op (default) | layer | module:DEPTH: nodes that are the model's "
+                     "modules in call order, so that a stage result maps onto split points (incsched export)")
     cap.set_defaults(run=_graph_capture)
 
     conv = graph.add_parser("convert", help="convert between graph formats (.json[.gz], .gml, .csv node+edge tables; .onnx models in)")
@@ -218,6 +220,21 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--processes", dest="runtime", action="store_const", const="processes", help="same as --runtime processes")
     val.add_argument("--json", metavar="OUT", help="write the validation as JSON (atomically); '-' writes it to stdout")
     val.set_defaults(run=_validate)
+
+    exp = sub.add_parser("export", help="hand a stage result over: split_spec for pipeline(), PipelineStage modules, "
+                         "DeepSpeed parts, torchtitan module names per chunk, or plain JSON")
+    exp.add_argument("result", help="stage result JSON written by incsched solve --json")
+    exp.add_argument("--format", required=True, choices=["pipelining", "deepspeed", "torchtitan", "json"],
+                     help="pipelining: a split_spec (layer-level result) or PipelineStage modules (op-level result, --model)")
+    exp.add_argument("--graph", help="the graph file (or shipped name) the result was solved for")
+    _add_model_args(exp, tracing=True)
+    for group in exp._mutually_exclusive_groups:  # the model is needed only for PipelineStage modules
+        group.required = False
+    exp.add_argument("--ranks", type=_count, help="torchtitan: pipeline ranks; K / ranks stages (model chunks) each (default K)")
+    exp.add_argument("--style", choices=["loop", "v"], default="loop",
+                     help="torchtitan: chunk i on rank i %% ranks (loop: Interleaved1F1B ...) or V schedules (ZBVZeroBubble ...)")
+    exp.add_argument("-o", "--output", default="-", help="JSON file (default '-': stdout); a folder for PipelineStage modules")
+    exp.set_defaults(run=_export)
 
     prof = sub.add_parser("profile", help="measure per-node kernel and launch times, and link speeds, on real devices")
     prof.add_argument("-o", "--output", required=True, help="graph file to write (.json or .json.gz), with measured times")
@@ -591,6 +608,7 @@ def _graph_capture(args) -> int:
         loaded.example_inputs,
         method=args.method,
         coarsen=args.coarsen,
+        granularity=args.granularity,
         measure=args.measure,
         device=args.device,
         repeats=args.repeats,
@@ -775,6 +793,49 @@ def _seconds_since_start() -> float:
         return max(uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)  # field 22: start time
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def _granularity(text: str) -> str:
+    """``--granularity``, checked while parsing: a bad value fails before the model is built."""
+    from .capture.granularity import parse_granularity
+    from .errors import CaptureError
+
+    try:
+        parse_granularity(text)
+    except CaptureError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _export(args) -> int:
+    from .export import export_result, pipeline_stages
+    from .result import Result
+
+    result = Result.load(args.result)
+    graph = _read_graph(args.graph, None) if args.graph else None
+    module_level = graph is not None and graph.meta.get("granularity", "op") != "op"
+    model_given = bool(args.model or getattr(args, "exported", None) or getattr(args, "hf_config", None))
+    if args.format == "pipelining" and not module_level and model_given:
+        if args.output == "-":
+            raise IncschedError("PipelineStage modules are files: give -o FOLDER")
+        from .capture import capture
+
+        loaded = _load_model(args)
+        captured = capture(loaded.model, loaded.example_inputs, method=args.method, coarsen=args.coarsen, name=loaded.name)
+        if graph is not None and graph.structure_digest() != captured.graph.structure_digest():
+            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here (nodes or edges differ)")
+        stages = pipeline_stages(captured, result, n_stages=len(result.terms.get("stage_mem") or []) or None, source=args.result)
+        written = stages.save(args.output)
+        print(f"{stages.n_stages} PipelineStage modules of {loaded.name} -> {args.output} ({', '.join(p.name for p in written)})")
+        return 0
+    if graph is None:
+        raise IncschedError(f"--format {args.format} needs --graph, the graph the result was solved for"
+                            + (" (or --model for the PipelineStage modules of an op-level result)" if args.format == "pipelining" else ""))
+    data = export_result(result, graph, args.format, ranks=args.ranks, style=args.style, source=args.result)
+    failed = _write_json_output(args.output, data)
+    if failed:
+        raise IncschedError(f"the export was not written: {failed}")
+    return 0
 
 
 def _write_json_output(path: str, data) -> str | None:

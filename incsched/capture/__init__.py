@@ -1,7 +1,8 @@
 """Capture: the first arrow of the pipeline, from a real ``torch.nn.Module`` to a `CompGraph`.
 
 trace (torch.export or torch.fx) -> profile every fx node (FLOPs, output bytes, measured time)
--> assemble one graph node per operation (weights folded into their consumers) -> coarsen.
+-> assemble one graph node per operation (weights folded into their consumers) -> coarsen, or
+group by module (``granularity="layer"``: nodes that are the model's modules, in call order).
 `Capture` keeps the fx graph module beside the graph so a placement can later be executed.
 """
 
@@ -22,6 +23,7 @@ from ..coarsen import parse_coarsening
 from ..errors import CaptureError
 from ..graph import CompGraph
 from .assemble import assemble, describe_params
+from .granularity import group_by_units, parse_granularity, unit_modules
 from .models import known_fix
 from .profile import profile_nodes
 from .trace import trace
@@ -71,6 +73,7 @@ def capture(
     *,
     method: str = "export",
     coarsen: str = "trivial",
+    granularity: str = "op",
     measure: bool = False,
     device: str | torch.device = "cpu",
     repeats: int = 5,
@@ -95,7 +98,15 @@ def capture(
         ``torch.export.export`` (ATen ops, works for transformers) or ``torch.fx.symbolic_trace``.
     coarsen : str
         ``"none"``, ``"trivial"`` (fold views and other free ops), ``"chains"`` or
-        ``"module:<depth>"``; see `incsched.coarsen`.
+        ``"module:<depth>"``; see `incsched.coarsen`. Op granularity only.
+    granularity : {"op", "layer", "module:<depth>"}
+        ``"op"``: one node per operation (then ``coarsen``). ``"layer"``: one node per call of a
+        layer module (the elements of the model's stacks of repeated blocks, and the modules beside
+        them: ``model.embed_tokens``, ``model.layers.0`` ... ``lm_head``), named by module path; code
+        outside every layer joins the layer called next, and zero-byte edges follow the call order,
+        so that every stage result maps onto split points (`incsched.export`).
+        ``"module:<depth>"``: the same with the modules ``depth`` levels down. See
+        `incsched.capture.granularity`.
     measure : bool
         Time every node on ``device``. On CUDA each node is synchronised, which inflates times at
         small batch sizes (launch-bound); treat them as upper bounds.
@@ -113,12 +124,16 @@ def capture(
     Raises
     ------
     CaptureError
-        If the model cannot be traced or run, naming the model and the cause.
+        If the model cannot be traced or run, naming the model and the cause; for an unknown
+        ``granularity``, or a ``coarsen`` other than "trivial" or "none" with module granularity.
     GraphError
         For an unknown ``coarsen`` value.
     """
     name = name or type(model).__name__
-    parse_coarsening(coarsen)  # reject a bad name before the expensive part
+    parse_coarsening(coarsen)  # reject bad names before the expensive part
+    grouping, _ = parse_granularity(granularity)
+    if grouping != "op" and coarsen not in ("trivial", "none"):
+        raise CaptureError(f"{name}: coarsen={coarsen!r} applies to granularity 'op' only; a module's node already holds its operations")
     start = time.perf_counter()
     if isinstance(model, torch.nn.Module) and model.training and not isinstance(model, torch.fx.GraphModule):
         # An exported program's module reports training but its graph is fixed: no warning for it.
@@ -138,7 +153,11 @@ def capture(
     except Exception as err:  # the traced graph failed to run: report it as a capture failure
         raise CaptureError(f"{name}: running the traced graph failed: {type(err).__name__}: {err}") from err
     asm = assemble(traced.graph_module, profile, name=name)
-    graph = apply_coarsening(asm.graph, coarsen, scopes=[asm.module_paths[nm] for nm in asm.graph.names])
+    if grouping == "op":
+        graph = apply_coarsening(asm.graph, coarsen, scopes=[asm.module_paths[nm] for nm in asm.graph.names])
+    else:
+        units = unit_modules(model, granularity)
+        graph = group_by_units(asm.graph, asm.module_paths, units, model, label=granularity)
 
     node_of = {m: graph.names[v] for v, group in enumerate(graph.members or ()) for m in group}
     node_of.update({attr: node_of[owner] for attr, owner in asm.attr_owner.items()})
@@ -151,6 +170,7 @@ def capture(
             "input_dtypes": [str(x.dtype).replace("torch.", "") for x in tensors],
             "batch_size": int(tensors[0].shape[0]) if tensors and tensors[0].dim() else None,
             "method": method,
+            "granularity": granularity,
             "coarsening": list(graph.meta.get("coarsening", [])),  # steps applied, as `quotient` records them
             "fx_nodes": asm.graph.n_nodes,
             "torch_version": torch.__version__.split("+")[0],
@@ -162,7 +182,7 @@ def capture(
         }
     )
     graph = graph.replace(meta=meta)
-    log.info("captured %s: %d fx nodes -> %d nodes (%s)", name, asm.graph.n_nodes, graph.n_nodes, coarsen)
+    log.info("captured %s: %d fx nodes -> %d nodes (%s)", name, asm.graph.n_nodes, graph.n_nodes, coarsen if grouping == "op" else granularity)
     return Capture(
         graph=graph,
         graph_module=traced.graph_module,

@@ -21,7 +21,7 @@ from ..errors import CaptureError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Traced", "trace", "op_kind", "module_path", "mutated_args"]
+__all__ = ["Traced", "trace", "op_kind", "module_kind", "module_path", "mutated_args"]
 
 METHODS = ("export", "fx")
 
@@ -125,8 +125,7 @@ def op_kind(node: torch.fx.Node, graph_module: torch.fx.GraphModule) -> str:
         if node.target == "_guards_fn":
             return "guard"
         mod = graph_module.get_submodule(str(node.target))
-        cls = type(mod).__name__
-        kind = _MODULE_OPS.get(cls) or _snake(cls)
+        kind = module_kind(type(mod).__name__)
         if kind == "dropout" and mod.training:
             return "dropout_train"
         return kind
@@ -143,6 +142,11 @@ def op_kind(node: torch.fx.Node, graph_module: torch.fx.GraphModule) -> str:
             return kind
         return _clean(getattr(target, "__name__", str(target)))
     return node.op
+
+
+def module_kind(class_name: str) -> str:
+    """The op kind of a module class: ``"Conv2d"`` -> ``"conv2d"``, ``"LlamaDecoderLayer"`` -> ``"llama_decoder_layer"``."""
+    return _MODULE_OPS.get(class_name) or _snake(class_name)
 
 
 def _dropout_active(node: torch.fx.Node) -> bool:

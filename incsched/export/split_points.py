@@ -1,0 +1,326 @@
+"""Split points: a stage result of a module-level graph as the call-order cuts other runtimes take.
+
+``torch.distributed.pipelining.pipeline()`` (a ``split_spec`` of ``SplitPoint`` markers), DeepSpeed's
+``PipelineModule`` (``parts``, the first layer of every stage) and torchtitan (module names per model
+chunk) all cut one call order of the model's modules into contiguous runs. A result of a graph
+captured with ``granularity="layer"`` (or ``"module:<depth>"``) is read here as those runs; anything
+that is not one (an op-level result, a module that runs after a later stage's, an empty stage) is
+refused with one line naming the node or module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import IncschedError
+from ..graph import CompGraph
+from ..result import Result
+
+__all__ = [
+    "ExportError",
+    "StageRuns",
+    "stage_runs",
+    "split_spec",
+    "split_spec_names",
+    "deepspeed_parts",
+    "torchtitan_chunks",
+    "stage_table",
+    "stage_list",
+]
+
+FORMAT = "incsched.export"
+VERSION = 1
+
+
+class ExportError(IncschedError, ValueError):
+    """A result cannot be handed to the asked runtime (names the node, module or stage)."""
+
+
+@dataclass(frozen=True)
+class StageRuns:
+    """A module-level stage result as contiguous runs of the call order.
+
+    Attributes
+    ----------
+    nodes : list of list of str
+        Per stage, its graph nodes in call order (node names: a module's path, ``path#2`` for a
+        second call).
+    modules : list of list of str
+        Per stage, the module paths of its module nodes, in call order.
+    param_bytes : list of int
+        Per stage, the parameter bytes it holds.
+    starts : list of int
+        Per stage, the index (call order) of its first node.
+    """
+
+    graph: CompGraph
+    nodes: list[list[str]]
+    modules: list[list[str]]
+    param_bytes: list[int]
+    starts: list[int]
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.nodes)
+
+
+def stage_list(graph: CompGraph, stages: Result | Sequence[int], source: str = "result") -> list[int]:
+    """The stage of every node of ``graph``, from a `Result` or a sequence, checked against the graph.
+
+    Raises
+    ------
+    ExportError
+        If the result is a placement, was solved for another graph, or has the wrong length.
+    """
+    if isinstance(stages, Result):
+        if stages.problem != "stage" or stages.stages is None:
+            raise ExportError(f"{source}: a {stages.problem} result has no stages; export takes stage results")
+        digest = (stages.provenance or {}).get("graph_digest")
+        if digest and digest != graph.structure_digest():
+            raise ExportError(f"{source}: solved for another graph than {graph.name!r} (nodes or edges differ)")
+        stages = stages.stages
+    values = [int(s) for s in stages]
+    if len(values) != graph.n_nodes:
+        raise ExportError(f"{source}: {len(values)} stages for the {graph.n_nodes} nodes of graph {graph.name!r}")
+    if values and min(values) < 0:
+        raise ExportError(f"{source}: node {graph.names[values.index(min(values))]!r} has a negative stage")
+    return values
+
+
+def stage_runs(
+    graph: CompGraph,
+    stages: Result | Sequence[int],
+    *,
+    n_stages: int | None = None,
+    module_paths: Mapping[str, str] | None = None,
+    source: str = "result",
+) -> StageRuns:
+    """Read a module-level stage result as contiguous runs of the call order.
+
+    Parameters
+    ----------
+    graph : CompGraph
+        The graph the result was solved for, captured with ``granularity="layer"`` or
+        ``"module:<depth>"`` (node index order is the call order).
+    stages : Result or sequence of int
+        The stage of every node.
+    n_stages : int, optional
+        K; default the result's highest stage + 1.
+    module_paths : mapping of str to str, optional
+        Innermost module path per fx node (``Capture.module_paths``), to name the module an op-level
+        result cuts inside.
+    source : str
+        Names the result in errors.
+
+    Raises
+    ------
+    ExportError
+        For an op-level graph, a module that runs after a module of a later stage, or an empty stage.
+    """
+    stage = stage_list(graph, stages, source)
+    K = int(n_stages if n_stages is not None else max(stage, default=-1) + 1)
+    modules = graph.meta.get("modules")
+    if str(graph.meta.get("granularity", "op")) == "op" or not isinstance(modules, Mapping):
+        first = next((v for v in range(1, graph.n_nodes) if stage[v] != stage[v - 1]), None)
+        where = ""
+        if first is not None:
+            where = f" (stage {stage[first]} begins at node {graph.names[first]!r}"
+            member = graph.members[first][0] if graph.members else None
+            if module_paths and member in module_paths and module_paths[member]:
+                where += f", inside module {module_paths[member]!r}"
+            where += ")"
+        raise ExportError(
+            f"{source}: an op-level result has no split points{where}; capture with granularity 'layer' "
+            f"(incsched graph capture --granularity layer) or export PipelineStage modules (--format pipelining --model M)"
+        )
+    stray = next((nm for nm in graph.names if nm not in modules), None)
+    if stray is not None:
+        raise ExportError(f"{source}: node {stray!r} of graph {graph.name!r} is no module call; capture the graph with granularity 'layer'")
+    for v in range(1, graph.n_nodes):
+        if stage[v] < stage[v - 1]:
+            raise ExportError(
+                f"{source}: module {modules[graph.names[v]]!r} (stage {stage[v]}) runs after module "
+                f"{modules[graph.names[v - 1]]!r} (stage {stage[v - 1]}); "
+                f"split points cut the call order into contiguous runs, so later modules need later or equal stages"
+            )
+    if stage and stage[-1] >= K:
+        raise ExportError(f"{source}: node {graph.names[-1]!r} is on stage {stage[-1]} but the result has {K} stages")
+    counts = np.bincount(np.asarray(stage, dtype=np.int64), minlength=K)
+    empty = np.flatnonzero(counts == 0)
+    if empty.size:
+        raise ExportError(
+            f"{source}: stage {int(empty[0])} is empty; split points make one stage per run of modules, so the result "
+            f"maps onto {K - empty.size} stages: solve with --stages {K - empty.size}"
+        )
+    nodes = [[nm for v, nm in enumerate(graph.names) if stage[v] == k] for k in range(K)]
+    per_stage_modules = [[str(modules[nm]) for nm in run] for run in nodes]
+    param_bytes = [int(graph.param_bytes[np.asarray(stage) == k].sum()) for k in range(K)]
+    starts = [int(np.cumsum(counts)[k - 1]) if k else 0 for k in range(K)]
+    return StageRuns(graph, nodes, per_stage_modules, param_bytes, starts)
+
+
+def split_spec_names(graph: CompGraph, stages: Result | Sequence[int], **kwargs: Any) -> dict[str, str]:
+    """The ``split_spec`` of `split_spec` with the markers as names (``"BEGINNING"``/``"END"``), for JSON."""
+    runs = stage_runs(graph, stages, **kwargs)
+    modules = graph.meta["modules"]
+    glue_before = graph.meta.get("glue_before") or {}
+    calls: dict[str, int] = {}
+    for path in modules.values():
+        calls[path] = calls.get(path, 0) + 1
+    spec: dict[str, str] = {}
+    for k in range(1, runs.n_stages):
+        last, first = graph.names[runs.starts[k] - 1], graph.names[runs.starts[k]]
+        # Before the stage's first module where nothing runs between the two modules; else after
+        # the previous stage's last module, so the glue code the first node holds moves with it.
+        if not glue_before.get(first) and calls[modules[first]] == 1:
+            spec[modules[first]] = "BEGINNING"
+        elif calls[modules[last]] == 1:
+            spec[modules[last]] = "END"
+        else:
+            path = modules[last] if glue_before.get(first) else modules[first]
+            raise ExportError(f"module {path!r} is called {calls[path]} times: a split point at it would cut at every call")
+    return spec
+
+
+def split_spec(graph: CompGraph, stages: Result | Sequence[int], **kwargs: Any) -> dict[str, Any]:
+    """A ``split_spec`` for ``torch.distributed.pipelining.pipeline()`` from a layer-level result.
+
+    ``pipeline(model, mb_args, split_spec=split_spec(graph, result))`` then makes exactly the
+    result's stages: K - 1 markers, each at the first module of a stage (``SplitPoint.BEGINNING``)
+    or, where glue code runs before that module, after the last module of the stage before (``END``).
+    ``pipeline()`` wraps the marked modules' ``forward`` in place: hand it a fresh model each time.
+
+    Parameters
+    ----------
+    graph : CompGraph
+        The layer-level graph the result was solved for.
+    stages : Result or sequence of int
+        Its stage assignment.
+    **kwargs
+        ``n_stages``, ``module_paths``, ``source``; see `stage_runs`.
+
+    Returns
+    -------
+    dict of str to torch.distributed.pipelining.SplitPoint
+
+    Raises
+    ------
+    ExportError
+        See `stage_runs`; also for a split at a module called more than once.
+
+    Examples
+    --------
+    >>> g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], meta={"granularity": "layer", "modules": {"a": "a", "b": "b", "c": "c"}})
+    >>> {k: v.name for k, v in split_spec(g, [0, 0, 1]).items()}
+    {'c': 'BEGINNING'}
+    """
+    from torch.distributed.pipelining import SplitPoint  # torch only for the caller who runs pipeline()
+
+    return {path: SplitPoint[marker] for path, marker in split_spec_names(graph, stages, **kwargs).items()}
+
+
+def deepspeed_parts(graph: CompGraph, stages: Result | Sequence[int], **kwargs: Any) -> dict[str, Any]:
+    """DeepSpeed ``PipelineModule`` partition boundaries for the model's modules as a ``LayerSpec`` sequence.
+
+    ``layers`` are the module nodes in call order (one ``LayerSpec`` each, in this order); stage
+    ``k`` holds ``layers[parts[k]:parts[k + 1]]``, the list ``PipelineModule._partition_layers``
+    stores in ``self.parts`` for a ``partition_method``. Glue code is wherever the layer functions
+    put it.
+
+    Returns
+    -------
+    dict
+        ``{"layers": [module paths], "parts": [K + 1 ints, 0 first, len(layers) last],
+        "param_bytes": [per stage]}``.
+    """
+    runs = stage_runs(graph, stages, **kwargs)
+    layers = [m for run in runs.modules for m in run]
+    parts = [0]
+    for run in runs.modules:
+        parts.append(parts[-1] + len(run))
+    return {"layers": layers, "parts": parts, "param_bytes": runs.param_bytes}
+
+
+def torchtitan_chunks(
+    graph: CompGraph, stages: Result | Sequence[int], *, ranks: int | None = None, style: str = "loop", **kwargs: Any
+) -> dict[str, Any]:
+    """torchtitan's ``module_names_per_model_chunk``: the module names of each model chunk.
+
+    A result with K stages is K chunks, in pipeline order. With ``ranks`` < K it is a looped
+    schedule (Interleaved1F1B, LoopedBFS ...: ``style="loop"``, chunk i on rank i % ranks) or a V
+    schedule (ZBVZeroBubble, DualPipeV: ``style="v"``, two chunks per rank, rank r holding chunks r
+    and K - 1 - r). torchtitan keeps a chunk's modules by name among the model's top-level children
+    and the elements of a top-level ModuleList or ModuleDict, so deeper names are refused.
+
+    Returns
+    -------
+    dict
+        ``module_names_per_model_chunk`` (K lists), ``pipeline_parallel_degree`` (ranks),
+        ``stages_per_rank``, ``stages_of_rank`` (chunk indices per rank) and ``param_bytes_per_rank``
+        (what each rank holds: the sum over its chunks).
+
+    Raises
+    ------
+    ExportError
+        See `stage_runs`; also if K is not a multiple of ``ranks`` (two per rank for V), or a
+        module is nested deeper than torchtitan splits.
+    """
+    runs = stage_runs(graph, stages, **kwargs)
+    K = runs.n_stages
+    ranks = K if ranks is None else int(ranks)
+    if ranks < 1 or K % ranks:
+        raise ExportError(f"{K} stages cannot be spread over {ranks} ranks: the stage count must be a multiple of the ranks (K = ranks x virtual stages)")
+    if style == "loop":
+        stages_of_rank = [list(range(r, K, ranks)) for r in range(ranks)]
+    elif style == "v":
+        if K != 2 * ranks:
+            raise ExportError(f"a V schedule puts two stages on each rank: {ranks} ranks need {2 * ranks} stages, the result has {K}")
+        stages_of_rank = [[r, K - 1 - r] for r in range(ranks)]
+    else:
+        raise ExportError(f"unknown schedule style {style!r} (expected 'loop' or 'v')")
+    containers = set(graph.meta.get("containers") or ())
+    for run in runs.modules:
+        for path in run:
+            parts = path.split(".")
+            if len(parts) > 2 or (len(parts) == 2 and parts[0] not in containers):
+                raise ExportError(
+                    f"module {path!r} is not a top-level module or an element of a top-level ModuleList/ModuleDict, "
+                    f"the only names torchtitan splits by; capture the inner model, or use --format pipelining"
+                )
+    return {
+        "module_names_per_model_chunk": runs.modules,
+        "pipeline_parallel_degree": ranks,
+        "stages_per_rank": K // ranks,
+        "stages_of_rank": stages_of_rank,
+        "param_bytes_per_rank": [sum(runs.param_bytes[k] for k in chunk) for chunk in stages_of_rank],
+    }
+
+
+def stage_table(graph: CompGraph, stages: Result | Sequence[int], *, n_stages: int | None = None, source: str = "result") -> dict[str, Any]:
+    """The plain form of any stage result: per stage its nodes, modules (module-level graphs) and bytes.
+
+    Works at every granularity; for op-level graphs ``modules`` is left out.
+    """
+    stage = stage_list(graph, stages, source)
+    K = int(n_stages if n_stages is not None else max(stage, default=-1) + 1)
+    arr = np.asarray(stage, dtype=np.int64)
+    modules = graph.meta.get("modules") if isinstance(graph.meta.get("modules"), Mapping) else None
+    rows = []
+    for k in range(K):
+        names = [nm for v, nm in enumerate(graph.names) if stage[v] == k]
+        row: dict[str, Any] = {"stage": k, "nodes": names, "param_bytes": int(graph.param_bytes[arr == k].sum())}
+        if modules is not None:
+            row["modules"] = [str(modules[nm]) for nm in names if nm in modules]
+        rows.append(row)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "graph": graph.name,
+        "granularity": str(graph.meta.get("granularity", "op")),
+        "n_stages": K,
+        "stages": rows,
+    }
