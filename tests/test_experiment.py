@@ -225,6 +225,7 @@ def test_report_tables_from_rows_without_solving(tiny_run, monkeypatch):
     assert summary[0].startswith("graph,instance,method") and len(summary) == 1 + 8
 
 
+@pytest.mark.slow  # matplotlib's import and ten figures: 4-14 s here
 def test_report_plots_png_and_svg(tiny_run):
     pytest.importorskip("matplotlib")
     _, out, _ = tiny_run
