@@ -1,8 +1,9 @@
-"""An exported split_spec run by torch.distributed.pipelining.pipeline() under gloo, two spawned processes.
+"""Exports run by torch.distributed.pipelining under gloo, two spawned processes.
 
-The issue's case: a Llama built from a config, captured at layer granularity, solved into two
-stages; the split_spec goes to ``pipeline()``, each process builds its stage and a GPipe schedule
-runs the micro-batches; the last stage's outputs equal the unsplit model's.
+The issue's case: a Llama built from a config. Captured at layer granularity and solved into two
+stages, its split_spec goes to ``pipeline()``; captured op by op, its optimum (which cuts inside
+modules) goes over as `PipelineStages`. In each process a GPipe schedule runs the micro-batches;
+the last stage's outputs equal the unsplit model's, both ways.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 from torch.distributed.pipelining import pipeline
 
 from incsched.capture import capture, zoo
-from incsched.export import split_spec, split_spec_names, stage_runs
+from incsched.export import PipelineStages, pipeline_stages, split_spec, split_spec_names, stage_runs
 from incsched.problems import StageProblem
 from incsched.solve import solve
 
@@ -57,7 +58,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, world: int, port: int, tokens: torch.Tensor, spec_names: dict, out_path: str) -> None:
+def _rank(rank: int, world: int, port: int, tokens: torch.Tensor, spec_names: dict, folder: str, examples, out_path: str) -> None:
     from torch.distributed.pipelining import ScheduleGPipe, SplitPoint
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -69,10 +70,15 @@ def _rank(rank: int, world: int, port: int, tokens: torch.Tensor, spec_names: di
         pipe = pipeline(model, (tokens.chunk(N_MICRO)[0],), split_spec=spec)
         assert pipe.num_stages == world, pipe.num_stages
         schedule = ScheduleGPipe(pipe.build_stage(rank, torch.device("cpu")), n_microbatches=N_MICRO)
+        # the op-level stages as a user loads them: the saved programs, without the parent's objects
+        modules = [torch.export.load(os.path.join(folder, f"stage_{k}.pt2")).module() for k in range(world)]
+        stages = PipelineStages(modules, *examples)
+        op_schedule = ScheduleGPipe(stages.stage(rank, "cpu"), n_microbatches=N_MICRO)
         with torch.no_grad():
             out = schedule.eval(tokens) if rank == 0 else schedule.eval()
+            op_out = op_schedule.eval(tokens) if rank == 0 else op_schedule.eval()
         if rank == world - 1:
-            torch.save(out, out_path)
+            torch.save((out, op_out[0]), out_path)
     finally:
         dist.destroy_process_group()
 
@@ -93,8 +99,16 @@ def test_pipeline_runs_an_exported_split_spec(tmp_path):
         expected = sum(_bytes(model.get_submodule(path).parameters()) for path in paths)
         assert _bytes(pipe.get_stage_module(k).parameters()) == expected
 
+    ops = capture(model, (tokens.chunk(N_MICRO)[0],), name="llama")
+    op_result = solve(StageProblem.peer(ops.graph, n_stages=2), "ilp", time_limit=30)
+    stages = pipeline_stages(ops, op_result)
+    stages.save(tmp_path / "stages")
+
     out_path = str(tmp_path / "out.pt")
-    mp.spawn(_rank, args=(2, _free_port(), tokens, split_spec_names(graph, result), out_path), nprocs=2, join=True)
+    args = (2, _free_port(), tokens, split_spec_names(graph, result), str(tmp_path / "stages"), (stages.inputs, stages.outputs), out_path)
+    mp.spawn(_rank, args=args, nprocs=2, join=True)
     with torch.no_grad():
         expected = model(tokens)
-    torch.testing.assert_close(torch.load(out_path), expected)
+    out, op_out = torch.load(out_path)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(op_out, expected)

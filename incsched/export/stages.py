@@ -34,15 +34,16 @@ class PipelineStages:
 
     Attributes
     ----------
-    modules : list of ChainStage
-        Stage k's module: takes the values live before it, returns those live after it (the last
-        stage returns the model's flat outputs).
+    modules : list of torch.nn.Module
+        Stage k's module, a `ChainStage` (or the program `save` wrote for it, loaded): takes the
+        values live before it, returns those live after it (the last stage returns the model's
+        flat outputs).
     inputs, outputs : list of tuple of torch.Tensor
         Per stage, example arguments and results for one micro-batch (``input_args`` /
         ``output_args`` of ``PipelineStage``: shapes and dtypes only matter).
     """
 
-    modules: list[ChainStage]
+    modules: list[torch.nn.Module]
     inputs: list[tuple[torch.Tensor, ...]]
     outputs: list[tuple[torch.Tensor, ...]]
 
@@ -82,8 +83,9 @@ class PipelineStages:
                 program = torch.export.export(module, self.inputs[k], strict=False)
             except Exception as err:  # torch.export fails in many op-specific ways; all mean "cannot save"
                 raise ExportError(f"stage {k}: torch.export failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}") from err
-            module.calls.clear()
-            module.kept.clear()
+            if isinstance(module, ChainStage):  # tracing ran its forward once: not a call to report
+                module.calls.clear()
+                module.kept.clear()
             path = folder / f"stage_{k}.pt2"
             buffer = io.BytesIO()  # saved to memory first, so the file itself is written atomically
             torch.export.save(program, buffer)
