@@ -120,6 +120,10 @@ def test_bad_config_from_the_cli_is_one_line(tmp_path, capsys):
     assert "no shipped experiment named 'dopler'" in capsys.readouterr().err
     assert main(["experiment", "run", str(cfg), "--profile", "slow"]) == 1
     assert "profiles: no profile 'slow' (has: quick)" in capsys.readouterr().err
+    cfg.write_text(cfg.read_text().replace("time_limit = 0", "time_limit = 10"))
+    assert main(["experiment", "run", str(cfg), "-o", str(tmp_path / "out"), "--engine", "slurm"]) == 1
+    assert "engine must be one of local, ray, got 'slurm'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_profile_replaces_top_level_keys(tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..batch import ProblemRecipe, SolveTask, batch_key, graph_files, solve_many
+from ..batch import ENGINES, ProblemRecipe, SolveTask, batch_key, graph_files, solve_many
 from ..errors import IncschedError
 from ..jsonio import atomic_write_bytes, json_bytes, read_json, write_json
 from .cells import Cell, cell_key
@@ -207,6 +207,8 @@ def run_experiment(
     """
     from .execution import execution_cells, run_execution
 
+    if engine not in ENGINES:  # before anything is written
+        raise IncschedError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(argv)
