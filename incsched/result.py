@@ -103,14 +103,6 @@ class Result:
             raise ValueError(f"status must be one of {RESULT_STATUSES}, got {self.status!r}")
         if self.problem not in ("stage", "placement"):
             raise ValueError(f"problem must be 'stage' or 'placement', got {self.problem!r}")
-        # A result file is input too: its answer must be whole numbers before anyone indexes with it.
-        for name in ("stages", "device", "start"):
-            _check_ints(name, getattr(self, name))
-        if self.order is not None:
-            if not isinstance(self.order, (list, tuple)):
-                raise ValueError(f"order must be a list of per-device lists, got {type(self.order).__name__}")
-            for d, seq in enumerate(self.order):
-                _check_ints(f"order[{d}]", seq)
 
     @property
     def deterministic(self) -> bool:
@@ -193,16 +185,6 @@ class Result:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Result:
         return cls.from_json(read_json(path), source=str(path))
-
-
-def _check_ints(name: str, values) -> None:
-    if values is None:
-        return
-    if not isinstance(values, (list, tuple)):
-        raise ValueError(f"{name} must be a list of integers, got {type(values).__name__}")
-    for i, v in enumerate(values):
-        if type(v) is not int and not (hasattr(v, "dtype") and v.dtype.kind in "iu"):
-            raise ValueError(f"{name}[{i}] must be an integer, got {v!r}")
 
 
 def _json_number(x):
