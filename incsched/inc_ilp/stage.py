@@ -31,13 +31,13 @@ from ..errors import IncschedError
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 from ..relax import stage_band_window, stage_window, window_is_everything
-from ..stage_bounds import ProofBound, closure, peak_lower_bound, proof_bound
+from ..stage_bounds import MAX_CLOSURE_NODES, ProofBound, closure, peak_lower_bound, proof_bound
 from .context import Context
 from .incumbent import STAGE_PRESCHEDULERS, portfolio, run_prescheduler
 
 __all__ = ["run", "make_check", "SolverDisagreement"]
 
-#: Stage models with more node-stage pairs than this are improved by bands, not whole windows
+#: Stage models with more open node-stage pairs (after the precedence reductions) than this are improved by bands, not whole windows
 #: (a band of a 1,000-node, K=10 model solves in about a second; the whole model barely moves).
 BAND_MIN_PAIRS = 5_000
 
@@ -101,12 +101,11 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
         portfolio(ctx, "stage", policy=False)
         prove(ctx, p, hint=ctx.best)
         return
-    banded = p.graph.n_nodes * p.n_stages > BAND_MIN_PAIRS
     reduction = None
     if preschedule is not None:
         run_prescheduler(ctx, preschedule, STAGE_PRESCHEDULERS)
     else:
-        if not banded:
+        if p.graph.n_nodes <= MAX_CLOSURE_NODES:
             # Proof first: the DP's answer (milliseconds) against the precedence bound settles
             # chains and many CNNs outright, before the policy and the slower baselines run.
             run_prescheduler(ctx, FIRST_INCUMBENT, STAGE_PRESCHEDULERS)
@@ -114,13 +113,14 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
                 reduction = Reduction.of(ctx)
                 if ctx.best_value <= ctx.lower_bound or ctx.stopped():
                     return
-                # The reduced model is often small enough to settle at once (densenet121 K=4: 28
-                # free nodes, 0.02 s), the portfolio then never runs; a short budget, so a hard
-                # one costs little before the usual path.
-                model, window = reduction.model(ctx)
-                prove(ctx, model, hint=ctx.best, window=window, work=QUICK_PROOF_SHARE * ctx.nominal_work)
-                if ctx.proven or ctx.stopped():
-                    return
+                if reduction.pairs(p) <= BAND_MIN_PAIRS:
+                    # The reduced model is often small enough to settle at once (densenet121
+                    # K=4: 28 free nodes, 0.02 s), and the portfolio then never runs; a short
+                    # budget, so a hard one costs little before the usual path.
+                    model, window = reduction.model(ctx)
+                    prove(ctx, model, hint=ctx.best, window=window, work=QUICK_PROOF_SHARE * ctx.nominal_work)
+                    if ctx.proven or ctx.stopped():
+                        return
         portfolio(ctx, "stage")
     if ctx.best is None:  # no heuristic meets the capacities: the exact model may
         if not ctx.stopped():
@@ -128,17 +128,18 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
         return
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
-    if banded:
-        if not bands(ctx):
-            return  # unsettled bands had the budget: the full model of a graph this size is hopeless
-        if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
-            prove(ctx, objective_window(p, ctx.best_value), hint=ctx.best)
-        return
     if reduction is None:
         reduction = Reduction.of(ctx)
     else:
         reduction.renew(ctx)
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
+        return
+    if reduction.pairs(p) > BAND_MIN_PAIRS:
+        if not bands(ctx):
+            return  # unsettled bands had the budget: the full model of a graph this size is hopeless
+        if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
+            model, window = reduction.model(ctx)
+            prove(ctx, model, hint=ctx.best, window=window)
         return
     if windows(ctx, radius, reduction):
         return  # a window grew into the whole problem and settled it
@@ -170,6 +171,13 @@ class Reduction:
         red = cls(cl, peak)
         red.renew(ctx)
         return red
+
+    def pairs(self, p: StageProblem) -> int:
+        """Node-stage pairs the reduced model keeps open (all of them without the bound)."""
+        if self.bound is None or self.bound.window is None:
+            return p.graph.n_nodes * p.n_stages
+        lo, hi = self.bound.window
+        return int((hi - lo + 1)[hi > lo].sum())
 
     def renew(self, ctx: Context) -> ProofBound | None:
         """The proof bound for ``ctx.best_value`` (recomputed only when the best has changed)."""
