@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from incsched import save_graph
-from incsched.generators import layered_dag
+from batch_support import children, running, slow_graph_folder
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers"),
@@ -24,42 +23,18 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
-    return out
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.fixture
 def slow_batch(tmp_path):
     """A batch whose graphs each keep a worker busy for many seconds (ILP, 30 s limit)."""
-    folder = tmp_path / "graphs"
-    for seed in range(3):
-        save_graph(layered_dag(400, n_layers=20, param_bytes=(0, 100_000), out_bytes=(1, 5000), seed=seed, name=f"g{seed}"),
-                   folder / f"g{seed}.json")
+    folder = slow_graph_folder(tmp_path / "graphs")
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "incsched.cli", "batch", str(folder), "-o", str(out), "--stages", "8", "--method", "ilp",
             "--time-limit", "30", "--jobs", "2"]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
-    while time.time() < deadline and len(_children(proc.pid)) < 2:
+    while time.time() < deadline and len(children(proc.pid)) < 2:
         time.sleep(0.1)
-    workers = _children(proc.pid)
+    workers = children(proc.pid)
     yield proc, workers, out
     if proc.poll() is None:
         proc.kill()
@@ -72,9 +47,9 @@ def slow_batch(tmp_path):
 
 def _wait_gone(pids: list[int], seconds: float) -> list[int]:
     deadline = time.time() + seconds
-    while time.time() < deadline and any(_running(p) for p in pids):
+    while time.time() < deadline and any(running(p) for p in pids):
         time.sleep(0.1)
-    return [p for p in pids if _running(p)]
+    return [p for p in pids if running(p)]
 
 
 def test_kill_9_takes_the_workers_with_it(slow_batch):

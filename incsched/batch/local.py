@@ -56,6 +56,7 @@ def solve_local(tasks: list[SolveTask], workers: int) -> Iterator[TaskOutcome]:
 # ---------------------------------------------------------------------- workers die with the batch
 
 _PR_SET_PDEATHSIG = 1
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def _worker_init(parent_pid: int) -> None:
@@ -66,6 +67,11 @@ def _worker_init(parent_pid: int) -> None:
     fallback where prctl is missing (it also covers a parent that died before prctl ran).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the batch handles Ctrl-C and stops the workers
+    # One worker, one core, as Ray does for a one-CPU task: torch (the learned policy) and BLAS
+    # would each start a thread per core in every worker, and on 2 cores two workers ran their
+    # solves half as fast as on Ray (benchmarks/batch_engines.py). Read when they are imported.
+    for var in _THREAD_VARS:
+        os.environ.setdefault(var, "1")
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

@@ -45,8 +45,11 @@ def _outcomes(ray, tasks: list[SolveTask], workers: int | None, address: str | N
     pending: dict = {}
     try:
         remote = ray.remote(_solve_remote)
+        # a task asking for more CPUs than any node has would wait forever: it gets a whole node
+        largest = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=0)
         for task in tasks:
-            ref = remote.options(num_cpus=task.cpus, max_retries=MAX_RETRIES, retry_exceptions=False,
+            cpus = min(task.cpus, largest) if largest >= 1 else task.cpus
+            ref = remote.options(num_cpus=cpus, max_retries=MAX_RETRIES, retry_exceptions=False,
                                  name=f"incsched solve {task.graph_name}").remote(task)
             pending[ref] = task
         while pending:
@@ -55,10 +58,17 @@ def _outcomes(ray, tasks: list[SolveTask], workers: int | None, address: str | N
                 task = pending.pop(ref)
                 try:
                     reply = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:  # raised outside run_task (e.g. incsched missing on the node)
+                    yield failed_outcome(task, f"failed in its Ray worker: {_first_line(getattr(exc, 'cause', None) or exc)}")
                 except ray.exceptions.RayError as exc:  # retries used up: the worker kept dying, or its node went away
-                    yield failed_outcome(task, f"worker died {MAX_RETRIES + 1} times: {type(exc).__name__}: {_first_line(exc)}")
+                    yield failed_outcome(task, f"its Ray worker died {MAX_RETRIES + 1} times: {type(exc).__name__}: {_first_line(exc)}")
                 else:
-                    yield outcome_from_reply(task, reply)
+                    outcome = outcome_from_reply(task, reply)
+                    if outcome.result is not None and outcome.result.stop_reason == "interrupted":
+                        # SIGINT reached the worker (a Ctrl-C to its process group, a polite cancel):
+                        # an answer cut short is not the task's result
+                        outcome = failed_outcome(task, "the solve was interrupted in its worker", outcome.node)
+                    yield outcome
     except BaseException:  # Ctrl-C, or the caller closed the iterator: no solve may run on
         for ref in pending:
             ray.cancel(ref, force=True)  # force: kill the worker process, not just ask it to stop
@@ -77,7 +87,8 @@ def _connect(ray, workers: int | None, address: str | None) -> bool:
         if address is not None:
             ray.init(address=address, **quiet)
         else:
-            ray.init(num_cpus=workers or os.cpu_count() or 1, **quiet)
+            # "local": a new Ray of our own, even where `ray start` left one this machine would join
+            ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, **quiet)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise IncschedError(f"could not start or join {where}: {_first_line(exc)}") from None

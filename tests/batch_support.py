@@ -1,0 +1,53 @@
+"""What the batch tests share: folders of generated graphs, and the processes below a pid
+(read from /proc, Linux only), to find a batch's workers and check that none is left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from incsched import save_graph
+from incsched.generators import layered_dag
+
+
+def graph_folder(folder: Path, seeds, n_nodes: int, n_layers: int, param_bytes=(0, 1000), out_bytes=(1, 50)) -> Path:
+    """``folder/g<seed>.json`` for each seed: layered DAGs named ``g<seed>``."""
+    for seed in seeds:
+        graph = layered_dag(n_nodes, n_layers=n_layers, param_bytes=param_bytes, out_bytes=out_bytes, seed=seed, name=f"g{seed}")
+        save_graph(graph, folder / f"g{seed}.json")
+    return folder
+
+
+def slow_graph_folder(folder: Path, count: int = 3) -> Path:
+    """Graphs that keep a worker busy for many seconds with the cold ILP (400 nodes, 8 stages)."""
+    return graph_folder(folder, range(count), 400, 20, param_bytes=(0, 100_000), out_bytes=(1, 5000))
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def children(pid: int) -> list[int]:
+    return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and (_stat(int(d.name)) or ["", ""])[1] == str(pid)]
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """pid -> command line of every live process below ``pid``."""
+    found, frontier = {}, [pid]
+    while frontier:
+        for child in children(frontier.pop()):
+            if child not in found and running(child):
+                try:
+                    found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                except OSError:
+                    continue
+                frontier.append(child)
+    return found

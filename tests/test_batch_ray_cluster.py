@@ -1,0 +1,47 @@
+"""The Ray engine joins a running cluster by its address and spreads the solves over its nodes:
+a head and a second node on this machine (`ray.cluster_utils.Cluster`), each with a custom resource
+naming it and one CPU."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+
+from incsched.batch import ProblemRecipe, graph_files, run_batch
+
+from batch_support import graph_folder
+
+pytestmark = pytest.mark.slow  # two Ray nodes start and stop
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster():
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
+    small = dict(num_cpus=1, object_store_memory=80 * 2**20)
+    cluster = Cluster(initialize_head=True, head_node_args={**small, "resources": {"node_a": 1}, "include_dashboard": False,
+                                                             "temp_dir": temp})
+    nodes = {"node_a": cluster.head_node, "node_b": cluster.add_node(**small, resources={"node_b": 1})}
+    cluster.wait_for_nodes()
+    yield cluster, {name: node.node_id for name, node in nodes.items()}
+    cluster.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_batch_runs_on_both_nodes_of_a_cluster(two_node_cluster, tmp_path):
+    import ray
+
+    cluster, node_ids = two_node_cluster
+    folder = graph_folder(tmp_path / "graphs", range(4), 30, 6, param_bytes=(0, 10_000), out_bytes=(1, 500))
+    # submitted at once, the first two solves take each node's one CPU: both nodes must serve
+    items = run_batch(graph_files(folder), tmp_path / "out", ProblemRecipe("stage", n_stages=4), engine="ray",
+                      address=cluster.address, time_limit=5)
+    assert [it.outcome for it in items] == ["solved"] * 4, [it.error for it in items]
+    ran_on = {it.extra["node"] for it in items}
+    assert ran_on == set(node_ids.values())
+    assert not ray.is_initialized()  # the batch joined the cluster and left it; the cluster stays up
+    assert cluster.remaining_processes_alive()
