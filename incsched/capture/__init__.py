@@ -155,9 +155,12 @@ def capture(
     asm = assemble(traced.graph_module, profile, name=name)
     if grouping == "op":
         graph = apply_coarsening(asm.graph, coarsen, scopes=[asm.module_paths[nm] for nm in asm.graph.names])
+        # a node is named after one of its fx nodes: its module, so an export can name where a cut falls
+        module_of = {nm: asm.module_paths[nm] for nm in graph.names if asm.module_paths.get(nm)}
     else:
         units = unit_modules(model, granularity)
         graph = group_by_units(asm.graph, asm.module_paths, units, model, label=granularity)
+        module_of = None
 
     node_of = {m: graph.names[v] for v, group in enumerate(graph.members or ()) for m in group}
     node_of.update({attr: node_of[owner] for attr, owner in asm.attr_owner.items()})
@@ -171,6 +174,7 @@ def capture(
             "batch_size": int(tensors[0].shape[0]) if tensors and tensors[0].dim() else None,
             "method": method,
             "granularity": granularity,
+            **({"module_of": module_of} if module_of is not None else {}),
             "coarsening": list(graph.meta.get("coarsening", [])),  # steps applied, as `quotient` records them
             "fx_nodes": asm.graph.n_nodes,
             "torch_version": torch.__version__.split("+")[0],

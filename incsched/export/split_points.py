@@ -112,7 +112,7 @@ def stage_runs(
         K; default the result's highest stage + 1.
     module_paths : mapping of str to str, optional
         Innermost module path per fx node (``Capture.module_paths``), to name the module an op-level
-        result cuts inside.
+        result cuts inside; default the graph's ``meta["module_of"]``, which capture writes.
     source : str
         Names the result in errors.
 
@@ -129,9 +129,10 @@ def stage_runs(
         where = ""
         if first is not None:
             where = f" (stage {stage[first]} begins at node {graph.names[first]!r}"
-            member = graph.members[first][0] if graph.members else None
-            if module_paths and member in module_paths and module_paths[member]:
-                where += f", inside module {module_paths[member]!r}"
+            name = graph.names[first]
+            module = (module_paths or {}).get(name) or (graph.meta.get("module_of") or {}).get(name)
+            if module:
+                where += f", inside module {module!r}"
             where += ")"
         raise ExportError(
             f"{source}: an op-level result has no split points{where}; capture with granularity 'layer' "
