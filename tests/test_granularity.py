@@ -142,3 +142,13 @@ def test_cli_refuses_a_bad_granularity_before_building_the_model(capsys):
     assert main(["graph", "capture", "--model", "resnet18", "--granularity", "layers", "-o", "x.json"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown granularity 'layers'" in err
+
+
+def test_layers_of_a_loaded_exported_program(net):
+    """torch.export.load(...).module() keeps module paths but turns a ModuleList into a plain Module
+    (and every class into Module: a numbered container of distinct pieces is opened too)."""
+    model, inputs = net
+    loaded = torch.export.export(model, inputs).module()
+    g = capture(loaded, inputs, granularity="layer", name="net").graph
+    assert [n for n in g.names if n.startswith("body.layers")] == ["body.layers.0", "body.layers.1", "body.layers.2"]
+    assert g.meta["containers"] == ["body.layers", "body.shortcut"]

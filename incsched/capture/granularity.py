@@ -50,10 +50,20 @@ def parse_granularity(granularity: str) -> tuple[str, int | None]:
     raise CaptureError(f"unknown granularity {granularity!r} (expected 'op', 'layer' or 'module:<depth>' with depth >= 1)")
 
 
+def _is_indexed(module: nn.Module) -> bool:
+    """A ModuleList or ModuleDict, or what ``torch.export`` leaves of one in the module of a loaded
+    program (``ExportedProgram.module()``): a plain ``nn.Module`` whose children are named 0, 1, ...
+    (every class there is ``Module``, so a numbered Sequential of distinct pieces counts too)."""
+    if isinstance(module, _INDEXED):
+        return True
+    names = [name for name, _ in module.named_children()]
+    return type(module) is nn.Module and len(names) >= 2 and all(name.isdigit() for name in names)
+
+
 def _is_stack(module: nn.Module) -> bool:
     """A container of repeated blocks: at least two children of one class (resnet's ``layer1``,
     a transformer's ``layers``), not a container of distinct pieces (resnet's ``downsample``)."""
-    if not isinstance(module, _CONTAINERS):
+    if not (isinstance(module, _CONTAINERS) or _is_indexed(module)):
         return False
     counts = Counter(type(c) for c in module.children())
     return bool(counts) and max(counts.values()) >= 2
@@ -201,7 +211,7 @@ def group_by_units(
     containers = sorted(
         path
         for path, module in model.named_modules(remove_duplicate=False)
-        if path and isinstance(module, _INDEXED) and any(u.startswith(path + ".") for u in units)
+        if path and _is_indexed(module) and any(u.startswith(path + ".") for u in units)
     )
     meta = dict(grouped.meta)
     if meta.get("outputs") is not None:
