@@ -274,3 +274,10 @@ def test_cli_exports_pipeline_stages_of_an_op_level_result(tmp_path, capsys):
     for k in range(2):
         values = torch.export.load(folder / f"stage_{k}.pt2").module()(*values)
     torch.testing.assert_close(values[0], model(*inputs))
+
+
+def test_pipeline_stages_refuse_a_back_edge(op_capture):
+    g = op_capture.graph
+    stages = [1] + [0] * (g.n_nodes - 1)  # the input on stage 1, its readers on stage 0
+    with pytest.raises(ExportError, match=r"edge tokens -> .* goes from stage 1 back to stage 0"):
+        pipeline_stages(op_capture, stages)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..capture import Capture
-from ..execute.partition import stage_program
+from ..execute.partition import ExecutionError, stage_program
 from ..execute.pipelining import ChainStage, _boundary_examples, chain_stages
 from ..jsonio import atomic_write_bytes, write_json
 from ..result import Result
@@ -138,8 +138,6 @@ def pipeline_stages(
         program = stage_program(capture, stage, K)
         modules = chain_stages(program)
         examples = _boundary_examples(modules, capture.example_inputs, ["cpu"] * K)
-    except ExportError:
-        raise
-    except Exception as err:  # ExecutionError names the edge or value; keep its line
+    except ExecutionError as err:  # it names the edge or value; keep its line
         raise ExportError(f"{source}: {err}") from err
     return PipelineStages(modules, [tuple(ins) for ins, _ in examples], [tuple(outs) for _, outs in examples])
