@@ -193,7 +193,7 @@ def test_torchtitan_refuses_names_it_cannot_split():
 
 def test_stage_table_at_both_granularities(layer_graph, op_capture):
     table = stage_table(layer_graph, [0, 0, 1, 1, 1, 1])
-    assert table["granularity"] == "layer" and table["stages"][1]["modules"] == ["layers.1", "layers.2", "norm", "output"]
+    assert table["format"] == "incsched.export.json" and table["granularity"] == "layer" and table["stages"][1]["modules"] == ["layers.1", "layers.2", "norm", "output"]
     assert sum(row["param_bytes"] for row in table["stages"]) == int(layer_graph.param_bytes.sum())
     g = op_capture.graph
     op_table = stage_table(g, [0] * g.n_nodes, n_stages=2)

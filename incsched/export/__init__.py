@@ -14,6 +14,8 @@ from typing import Any
 from ..graph import CompGraph
 from ..result import Result
 from .split_points import (
+    FORMAT,
+    VERSION,
     ExportError,
     StageRuns,
     deepspeed_parts,
@@ -76,7 +78,7 @@ def export_result(
         return stage_table(graph, result, n_stages=K, source=source)
     else:
         raise ExportError(f"unknown export format {fmt!r} (expected one of {', '.join(FORMATS)})")
-    return {"format": f"incsched.export.{fmt}", "version": 1, "graph": graph.name, "n_stages": K, **data}
+    return {"format": f"{FORMAT}.{fmt}", "version": VERSION, "graph": graph.name, "n_stages": K, **data}
 
 
 def _n_stages(result: Result) -> int | None:

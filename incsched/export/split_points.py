@@ -318,7 +318,7 @@ def stage_table(graph: CompGraph, stages: Result | Sequence[int], *, n_stages: i
             row["modules"] = [str(modules[nm]) for nm in names if nm in modules]
         rows.append(row)
     return {
-        "format": FORMAT,
+        "format": f"{FORMAT}.json",
         "version": VERSION,
         "graph": graph.name,
         "granularity": str(graph.meta.get("granularity", "op")),
