@@ -60,7 +60,7 @@ seeds = [1]
 """
 
 #: What every row's provenance must name (issue #15).
-PROVENANCE = ("incsched", "git_commit", "libraries", "python", "cpu_model", "cores", "load_average", "command_line", "seed",
+PROVENANCE = ("incsched", "git_commit", "libraries", "python", "cpu_model", "cores", "environment_variables", "load_average", "command_line", "seed",
               "stop_reason", "node", "engine", "written_at")
 
 

@@ -17,6 +17,10 @@ from typing import Any
 
 __all__ = ["environment", "load_average", "git_commit", "cpu_model"]
 
+#: Environment variables that change which kernels run (vector ISA, MKL's reproducibility mode,
+#: threads): on an AVX-512 machine, ATEN_CPU_CAPABILITY=avx2 alone changes trained weights.
+NUMERIC_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+
 #: Libraries whose versions can change a number (solver, numerics, learning, plots).
 LIBRARIES = ("ortools", "numpy", "scipy", "torch", "torch-geometric", "numba", "pulp", "networkx", "matplotlib", "ray")
 
@@ -36,6 +40,7 @@ def environment(argv: list[str] | None = None) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
+        "environment_variables": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
         "command_line": list(sys.argv if argv is None else argv),
     }
 
