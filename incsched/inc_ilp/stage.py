@@ -228,7 +228,8 @@ def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | No
     precedence ranges ``window`` every answer as good as the best keeps), with ``work`` (default
     all that is left)."""
     with ctx.timed("proof"):
-        out = solve_stage(model, ctx.settings(work), window=window, hint=hint)
+        # Reduced models are small: the full LP pays for itself there (solve_stage's measurement).
+        out = solve_stage(model, ctx.settings(work), window=window, hint=hint, linearization_level=None if window is None else 2)
     ctx.charge(out)
     ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
     _take(ctx, out, "full", whole=True)
