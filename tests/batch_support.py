@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 from incsched import save_graph
@@ -51,3 +55,22 @@ def descendants(pid: int) -> dict[int, str]:
                     continue
                 frontier.append(child)
     return found
+
+
+def wait_gone(pids, seconds: float) -> list[int]:
+    """The pids still running after up to ``seconds``."""
+    deadline = time.time() + seconds
+    while time.time() < deadline and any(running(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if running(p)]
+
+
+def interrupt(proc: subprocess.Popen, timeout: float) -> str:
+    """Ctrl-C as a terminal sends it (to the whole process group) to a batch of 3 graphs none of
+    which is done; checks that it says so and exits 130 without a traceback. Its stdout."""
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert "3 not done (interrupted)" in stdout
+    return stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from batch_support import children, running, slow_graph_folder
+from batch_support import children, interrupt, slow_graph_folder, wait_gone
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers"),
@@ -45,20 +45,13 @@ def slow_batch(tmp_path):
             pass
 
 
-def _wait_gone(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.time() + seconds
-    while time.time() < deadline and any(running(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if running(p)]
-
-
 def test_kill_9_takes_the_workers_with_it(slow_batch):
     proc, workers, out = slow_batch
     assert len(workers) == 2
     time.sleep(1.0)  # the workers are solving
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    assert _wait_gone(workers, 5.0) == []
+    assert wait_gone(workers, 5.0) == []
     assert not any(p.name.endswith(".result.json") for p in out.iterdir())  # nothing finished, nothing written
 
 
@@ -66,12 +59,8 @@ def test_ctrl_c_stops_the_workers_keeps_results_and_exits_130(slow_batch):
     proc, workers, out = slow_batch
     assert len(workers) == 2
     time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
-    stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr
-    assert "3 not done (interrupted)" in stdout
-    assert _wait_gone(workers, 5.0) == []
+    interrupt(proc, timeout=30)
+    assert wait_gone(workers, 5.0) == []
     summary = json.loads((out / "batch.json").read_text())
     assert summary["interrupted"] is True and [it["outcome"] for it in summary["items"]] == ["interrupted"] * 3
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]

@@ -59,9 +59,11 @@ def _outcomes(ray, tasks: list[SolveTask], workers: int | None, address: str | N
                 try:
                     reply = ray.get(ref)
                 except ray.exceptions.RayTaskError as exc:  # raised outside run_task (e.g. incsched missing on the node)
-                    yield failed_outcome(task, f"failed in its Ray worker: {_first_line(getattr(exc, 'cause', None) or exc)}")
+                    yield failed_outcome(task, f"failed in its Ray worker: {_first_line(getattr(exc, 'cause', None) or exc)}", "unknown")
                 except ray.exceptions.RayError as exc:  # retries used up: the worker kept dying, or its node went away
-                    yield failed_outcome(task, f"its Ray worker died {MAX_RETRIES + 1} times: {type(exc).__name__}: {_first_line(exc)}")
+                    tries = MAX_RETRIES + 1
+                    yield failed_outcome(task, f"its Ray worker died on each of {tries} tries: {type(exc).__name__}: {_first_line(exc)}",
+                                         "unknown")
                 else:
                     outcome = outcome_from_reply(task, reply)
                     if outcome.result is not None and outcome.result.stop_reason == "interrupted":
