@@ -26,8 +26,10 @@ def stage_term_bounds(problem: StageProblem) -> dict[str, int]:
     """A lower bound on each objective term, in the problem's integer units.
 
     ``mem_peak``: the heaviest node, and the average stage load rounded up. ``compute_peak``: the
-    same two arguments on each node's fastest ticks. ``spill``: parameters beyond the stages' total
-    spill capacity. Communication terms are bounded by 0 (every node may share one stage).
+    same two arguments on each node's fastest ticks. ``stage_time_peak`` (listed only when
+    weighed, as the pipeline term): the same as ``compute_peak``, since sends only add to a stage's
+    time. ``spill``: parameters beyond the stages' total spill capacity. Communication terms are
+    bounded by 0 (every node may share one stage).
     """
     K = problem.n_stages
     params = problem.graph.param_bytes
@@ -36,6 +38,8 @@ def stage_term_bounds(problem: StageProblem) -> dict[str, int]:
     if problem.graph.n_nodes:
         out["mem_peak"] = max(int(params.max()), -(-int(params.sum()) // K))
         out["compute_peak"] = max(int(ticks.max()), -(-int(ticks.sum()) // K))
+    if problem.weights.stage_time_peak > 0:
+        out["stage_time_peak"] = out["compute_peak"]
     if problem.spill_capacity is not None:
         out["spill"] = max(0, int(params.sum()) - int(sum(problem.spill_capacity)))
     return out

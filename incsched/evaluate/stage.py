@@ -10,6 +10,10 @@ because `CompGraph` limits each byte column's total to 2**62 and `StageProblem` 
 bytes can pass int64). The objective is ``sum(weight_t * term_t)`` with each weight read as the
 exact decimal it denotes (`ObjectiveWeights.exact`): a Python int when whole, else a
 `fractions.Fraction`, never a float, so it catches whatever a solver rounds.
+
+The pipeline figures (``stage_time_peak``, per-stage sends and memory in flight) follow the model in
+`incsched.problems.stage`'s notes, recomputed here from the edges: each value's last reader's stage,
+and a difference array over the stages it is sent from.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ class StageEvaluation:
     ``compute_peak_s`` in seconds (unrounded). ``objective`` is the weighted sum of the integer
     terms: a Python int when whole, else a `fractions.Fraction` (see the module notes). When some
     stage is outside 0..K-1 the terms cannot be computed and are None.
+
+    Pipeline figures: ``stage_send`` (ticks of the values each stage sends), ``stage_time`` (compute
+    plus sends, ticks), ``stage_time_peak`` (their maximum) and ``stage_time_s`` /
+    ``stage_time_peak_s`` in unrounded seconds; ``throughput`` is micro-batches per second at the
+    slowest stage (inf when every stage takes no time); ``stage_memory`` (Python ints) is each
+    stage's parameters plus its activations in flight, which the problem's ``memory`` bounds.
     """
 
     feasible: bool
@@ -52,17 +62,29 @@ class StageEvaluation:
     stage_compute: np.ndarray | None  # (K,) ticks per stage
     stage_compute_s: np.ndarray | None  # (K,) seconds per stage
     boundary_comm: np.ndarray | None  # (K-1,) units crossing the boundary after stage k
+    stage_time_peak: int | None = None
+    stage_time_peak_s: float | None = None
+    throughput: float | None = None
+    stage_send: np.ndarray | None = None  # (K,) ticks of the values stage k sends on
+    stage_time: np.ndarray | None = None  # (K,) compute plus send ticks
+    stage_time_s: np.ndarray | None = None  # (K,) seconds, unrounded
+    stage_memory: tuple[int, ...] | None = None  # (K,) parameters plus activations in flight
+    pipelined: bool = False
 
     @property
     def terms(self) -> dict[str, int | None]:
-        """The five objective terms by name."""
-        return {
+        """The objective terms by name: the first five, and ``stage_time_peak`` for pipeline problems
+        (`StageProblem.pipelined`), so that other problems' terms read as they always have."""
+        out = {
             "mem_peak": self.mem_peak,
             "comm_total": self.comm_total,
             "comm_peak": self.comm_peak,
             "compute_peak": self.compute_peak,
             "spill": self.spill,
         }
+        if self.pipelined:
+            out["stage_time_peak"] = self.stage_time_peak
+        return out
 
 
 def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
@@ -116,7 +138,7 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
         ]
     )
     if out_of_range.size:
-        return _finish(violations, count, None)
+        return _finish(violations, count, None, problem.pipelined)
 
     # np.add.at keeps integer sums exact (a float bincount would round above 2**53 bytes).
     stage_mem = np.zeros(K, dtype=np.int64)
@@ -154,12 +176,38 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     if problem.spill_capacity is not None:
         spill = sum(max(load - cap, 0) for load, cap in zip(stage_mem.tolist(), problem.spill_capacity))
 
+    # Sends: a value goes from its stage through every boundary before its last reader's stage, once.
+    data = g.edge_bytes > 0
+    last = np.full(g.n_nodes, -1, dtype=np.int64)
+    np.maximum.at(last, g.src[data], sv[data])
+    sends = np.flatnonzero(last > s)
+    send_diff = np.zeros(K + 1, dtype=np.int64)
+    np.add.at(send_diff, s[sends], problem.send_ticks[sends])
+    np.add.at(send_diff, last[sends], -problem.send_ticks[sends])
+    stage_send = np.cumsum(send_diff)[:K]  # each entry <= all sends' ticks <= 2**61: no wrap
+    stage_time = stage_compute + stage_send
+    send_s = np.zeros(K + 1)
+    if problem.bandwidth is not None:
+        np.add.at(send_s, s[sends], g.out_bytes[sends] / problem.bandwidth)
+        np.add.at(send_s, last[sends], -g.out_bytes[sends] / problem.bandwidth)
+    stage_time_s = stage_compute_s + np.maximum(np.cumsum(send_s)[:K], 0.0)
+    acts = np.zeros(K, dtype=np.int64)
+    np.add.at(acts, s, g.out_bytes)
+    # Python ints: in-flight counts times activations are not bounded by the byte columns' limit.
+    stage_memory = tuple(int(m) + f * int(a) for m, f, a in zip(stage_mem.tolist(), problem.in_flight(), acts.tolist()))
+    if problem.memory is not None:
+        over = [k for k, (load, cap) in enumerate(zip(stage_memory, problem.memory)) if load > cap]
+        note([f"stage {k} holds {stage_memory[k]} bytes of parameters and activations in flight, over its memory {problem.memory[k]}"
+              for k in over])
+    slowest_s = float(stage_time_s.max())
+
     values = dict(
         mem_peak=int(stage_mem.max()),
         comm_total=comm_total,
         comm_peak=int(boundary_comm.max()) if K > 1 else 0,
         compute_peak=int(stage_compute.max()),
         spill=spill,
+        stage_time_peak=int(stage_time.max()),
     )
     # Exact: each weight as the decimal it denotes (0.1 is 1/10), times an int term.
     w = problem.weights.exact()
@@ -174,8 +222,15 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
             stage_compute=stage_compute,
             stage_compute_s=stage_compute_s,
             boundary_comm=boundary_comm,
+            stage_time_peak_s=slowest_s,
+            throughput=1.0 / slowest_s if slowest_s > 0 else float("inf"),
+            stage_send=stage_send,
+            stage_time=stage_time,
+            stage_time_s=stage_time_s,
+            stage_memory=stage_memory,
             **values,
         ),
+        problem.pipelined,
     )
 
 
@@ -191,7 +246,7 @@ def _as_stage_array(stages, n: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _finish(violations: list[str], count: int, values: dict | None) -> StageEvaluation:
+def _finish(violations: list[str], count: int, values: dict | None, pipelined: bool) -> StageEvaluation:
     if count > len(violations):
         violations = violations + [f"... and {count - len(violations)} more violations"]
     empty = dict.fromkeys(
@@ -209,7 +264,8 @@ def _finish(violations: list[str], count: int, values: dict | None) -> StageEval
             "boundary_comm",
         )
     )
-    for arr_name in ("stage_mem", "stage_compute", "stage_compute_s", "boundary_comm"):
+    for arr_name in ("stage_mem", "stage_compute", "stage_compute_s", "boundary_comm", "stage_send", "stage_time", "stage_time_s"):
         if values is not None:
             values[arr_name].setflags(write=False)
-    return StageEvaluation(feasible=count == 0, violations=tuple(violations), n_violations=count, **(values or empty))
+    return StageEvaluation(feasible=count == 0, violations=tuple(violations), n_violations=count, pipelined=pipelined,
+                           **(values or empty))

@@ -34,6 +34,24 @@ Exact numbers (the contract every back end and the evaluator keep):
 - Capacities are Python ints of any size (a float only when whole and at most 2**53); a capacity
   above the graph's total parameters constrains nothing, and `effective_capacity` clamps it there
   for solvers that need int64.
+
+The pipeline model (`StageProblem.pipeline`, the ``stage_time_peak`` term and the ``memory``
+capacity), the throughput objective of torchgpipe's ``balance_by_time`` and PipeDream's planner:
+
+- *Sends.* Stages form a chain; a value (node u's output, ``out_bytes[u]``) read on a later stage
+  (by an edge of positive bytes) is sent once across every boundary between u's stage and its last
+  reader's: stage k sends every value with ``s_u <= k < max(s_v for readers v)``, each once
+  however many readers it has. Its ticks are ``round(out_bytes[u] / bandwidth / time_unit)``
+  (`StageProblem.send_ticks`: both floats read as the decimals they print as, like the weights,
+  and the quotient rounded half to even once per value, in exact rationals), charged to the
+  sender; no bandwidth means free sends.
+- *Stage time* = its compute ticks + its send ticks; ``stage_time_peak`` is the largest, and a
+  pipeline's steady-state throughput is one micro-batch per ``stage_time_peak`` (seconds).
+- *Memory.* Under 1F1B, stage k (0-based) of K keeps the stored activations of up to
+  ``in_flight(k) = min(K - k, micro_batches)`` micro-batches (stage 0 runs K forwards before its
+  first backward). A stage's activations per micro-batch are its nodes' ``out_bytes``, so stage k
+  holds ``params_k + in_flight(k) * activations_k`` bytes (`StageProblem.stage_memory_coef`),
+  which the hard ``memory`` capacity bounds. Exact Python ints; solvers clamp it like ``capacity``.
 """
 
 from __future__ import annotations
@@ -67,6 +85,7 @@ __all__ = [
     "MAX_TOTAL_TICKS",
     "MAX_STAGES",
     "exact_number",
+    "OBJECTIVES",
 ]
 
 FORMAT = "incsched.stage_problem"
@@ -92,6 +111,10 @@ MAX_TOTAL_TICKS = 2**61
 #: 4-node graph ran for minutes past a 5 s time limit before this check.
 MAX_STAGES = 1024
 
+#: The objectives `incsched solve --objective` names: the peer form (the default), peak parameter
+#: memory alone, and pipeline throughput (`StageProblem.pipeline`).
+OBJECTIVES = ("peer", "memory", "throughput")
+
 
 def exact_number(x: int | Fraction) -> int | Fraction:
     """``x`` as a Python int when it is whole, else as a `fractions.Fraction` (never a float)."""
@@ -112,7 +135,8 @@ class ObjectiveWeights:
     """Non-negative weights of the stage objective's terms (0 leaves a term out).
 
     ``mem_peak`` and ``spill`` multiply bytes, ``comm_total`` and ``comm_peak`` bytes or edges (see
-    `StageProblem.comm`), ``compute_peak`` ticks of `StageProblem.time_unit`.
+    `StageProblem.comm`), ``compute_peak`` and ``stage_time_peak`` (compute plus sends, the
+    pipeline's slowest stage: see the module notes) ticks of `StageProblem.time_unit`.
     """
 
     mem_peak: float = 0.0
@@ -120,6 +144,7 @@ class ObjectiveWeights:
     comm_peak: float = 0.0
     compute_peak: float = 0.0
     spill: float = 0.0
+    stage_time_peak: float = 0.0
 
     def __post_init__(self):
         for f in fields(self):
@@ -165,7 +190,7 @@ class ObjectiveWeights:
         Examples
         --------
         >>> ObjectiveWeights(mem_peak=1, comm_total=1e-7).scaled()
-        ({'mem_peak': 10000000, 'comm_total': 1, 'comm_peak': 0, 'compute_peak': 0, 'spill': 0}, Fraction(1, 10000000))
+        ({'mem_peak': 10000000, 'comm_total': 1, 'comm_peak': 0, 'compute_peak': 0, 'spill': 0, 'stage_time_peak': 0}, Fraction(1, 10000000))
         """
         exact = self.exact()
         d = max((_places(x) for x in exact.values()), default=0)
@@ -208,12 +233,21 @@ class StageProblem:
         Which of the graph's time columns (measured, else roofline estimate) gives node times.
     time_unit : float, optional
         Seconds per integer tick; chosen automatically when omitted (see the module notes).
+    memory : int or sequence of int, optional
+        Hard per-stage memory in bytes for parameters plus the activations in flight under 1F1B
+        (see the module notes); needs ``micro_batches``.
+    bandwidth : float, optional
+        Bytes per second of a send between stages (the ``stage_time_peak`` term); None: free.
+    micro_batches : int, optional
+        Micro-batches per pipeline run (>= 1): how many activations stage k keeps in flight.
 
     Raises
     ------
     ProblemError
         If K < 1, a weight is NaN / negative, ``comm`` is unknown, a capacity or speed has the
-        wrong length or an invalid value, or the spill term lacks a ``spill_capacity``.
+        wrong length or an invalid value, the spill term lacks a ``spill_capacity``, the bandwidth
+        is not a positive finite number, ``micro_batches`` is not a whole number >= 1, or
+        ``memory`` comes without ``micro_batches``.
 
     Examples
     --------
@@ -232,6 +266,9 @@ class StageProblem:
     stage_speed: tuple[float, ...] | None = None
     device_kind: str = DEFAULT_KIND
     time_unit: float | None = None
+    memory: tuple[int, ...] | None = None
+    bandwidth: float | None = None
+    micro_batches: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.graph, CompGraph):
@@ -252,6 +289,7 @@ class StageProblem:
         object.__setattr__(self, "spill_capacity", self._per_stage_bytes("spill_capacity", self.spill_capacity))
         if self.weights.spill > 0 and self.spill_capacity is None:
             raise ProblemError("the spill term has a positive weight but no spill_capacity is given")
+        self._check_pipeline_fields()
         if self.stage_speed is not None:
             speed = tuple(float(s) for s in self.stage_speed)
             if len(speed) != self.n_stages:
@@ -269,6 +307,21 @@ class StageProblem:
             if not (math.isfinite(tu) and tu > 0):
                 raise ProblemError(f"time_unit must be finite and positive, got {self.time_unit!r}")
             object.__setattr__(self, "time_unit", tu)
+
+    def _check_pipeline_fields(self) -> None:
+        m = self.micro_batches
+        if m is not None:
+            if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+                raise ProblemError(f"micro_batches must be a whole number >= 1, got {m!r}")
+            object.__setattr__(self, "micro_batches", int(m))
+        bw = self.bandwidth
+        if bw is not None:
+            if isinstance(bw, bool) or not isinstance(bw, (int, float, np.integer, np.floating)) or not (math.isfinite(bw) and bw > 0):
+                raise ProblemError(f"bandwidth must be a positive, finite number of bytes per second, got {bw!r}")
+            object.__setattr__(self, "bandwidth", float(bw))
+        object.__setattr__(self, "memory", self._per_stage_bytes("memory", self.memory))
+        if self.memory is not None and self.micro_batches is None:
+            raise ProblemError("memory (parameters plus activations in flight) needs micro_batches to count the activations")
 
     def _per_stage_bytes(self, name: str, value) -> tuple[int, ...] | None:
         if value is None:
@@ -332,6 +385,110 @@ class StageProblem:
         """
         return cls(graph, n_stages, ObjectiveWeights(mem_peak=alpha, comm_total=1), comm="edges", **kwargs)
 
+    @classmethod
+    def pipeline(cls, graph: CompGraph, n_stages: int = 4, *, memory=None, bandwidth: float | None = None,
+                 micro_batches: int = 4, **kwargs: Any) -> StageProblem:
+        """The throughput objective: minimise ``stage_time_peak``, the slowest stage's compute plus sends.
+
+        What torchgpipe's ``balance_by_time`` and PipeDream's and Alpa's planners optimise: a
+        pipeline delivers one micro-batch per slowest stage's time. See the module notes for the
+        exact send and memory model.
+
+        Parameters
+        ----------
+        graph : CompGraph
+        n_stages : int
+            K, the pipeline's stages.
+        memory : int or sequence of int, optional
+            Hard per-stage bytes for parameters plus the activations 1F1B keeps in flight.
+        bandwidth : float, optional
+            Bytes per second of a stage-to-stage send; None: sends are free.
+        micro_batches : int
+            Micro-batches per run (sets the activations in flight; default 4).
+        **kwargs
+            Further `StageProblem` fields (capacity, device_kind, stage_speed ...).
+
+        Examples
+        --------
+        >>> g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+        >>> p = StageProblem.pipeline(g, 2, memory=60, micro_batches=4)
+        >>> p.weights.stage_time_peak, p.stage_memory_coef.tolist()
+        (1, [[20, 15], [30, 30]])
+        """
+        return cls(graph, n_stages, ObjectiveWeights(stage_time_peak=1), comm="bytes", memory=memory, bandwidth=bandwidth,
+                   micro_batches=micro_batches, **kwargs)
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the pipeline model is in play (its term weighed, or memory, bandwidth or micro-batches set)."""
+        return self.weights.stage_time_peak > 0 or self.memory is not None or self.bandwidth is not None or self.micro_batches is not None
+
+    def in_flight(self) -> list[int]:
+        """Micro-batches whose activations stage k keeps under 1F1B: ``min(K - k, micro_batches)`` (1 without micro_batches)."""
+        m = 1 if self.micro_batches is None else self.micro_batches
+        return [min(self.n_stages - k, m) for k in range(self.n_stages)]
+
+    @cached_property
+    def stage_memory_coef(self) -> np.ndarray:
+        """Bytes node v adds to stage k's memory, shape (n_nodes, K): ``param_bytes[v] + in_flight(k) * out_bytes[v]``.
+
+        int64 (checked: a sum that could pass 2**62 raises `ProblemError`), read-only.
+        """
+        g = self.graph
+        f = self.in_flight()
+        worst = int(g.param_bytes.sum()) + max(f) * int(g.out_bytes.sum())
+        if worst > MAX_TOTAL_BYTES:
+            raise ProblemError(
+                f"stage problem on graph {self.graph.name!r}: parameters plus {max(f)} micro-batches of activations "
+                f"come to {worst} bytes, beyond the supported 2**62; scale the byte counts down"
+            )
+        out = g.param_bytes.astype(np.int64)[:, None] + np.asarray(f, dtype=np.int64)[None, :] * g.out_bytes.astype(np.int64)[:, None]
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def send_ticks(self) -> np.ndarray:
+        """Ticks of one send of each node's output at ``bandwidth`` (all 0 without one), int64, read-only.
+
+        ``round(out_bytes / bandwidth / time_unit)`` in exact rationals, the two floats read as the
+        decimals they print as (1e-3 is 1/1000), half to even, once per value (the module notes).
+
+        Raises
+        ------
+        ProblemError
+            If the sends of the whole graph pass `MAX_TOTAL_TICKS` with the compute ticks.
+        """
+        g = self.graph
+        out = np.zeros(g.n_nodes, dtype=np.int64)
+        if self.bandwidth is not None and g.n_nodes:
+            per_tick = Fraction(repr(self.bandwidth)) * Fraction(repr(self.time_unit))  # bytes one tick carries
+            ticks = [round(Fraction(int(b)) / per_tick) for b in g.out_bytes.tolist()]
+            total = sum(ticks) + int(self.node_ticks.max(axis=1).sum())
+            if total > MAX_TOTAL_TICKS:
+                v = int(np.argmax(g.out_bytes))
+                raise ProblemError(
+                    f"sends of graph {g.name!r} at {self.bandwidth:g} bytes/s come to {total:.3g} ticks of {self.time_unit:g} s with "
+                    f"the compute (node {g.names[v]!r} alone {ticks[v]}), beyond the supported 2**61; use a larger bandwidth or time_unit"
+                )
+            out[:] = ticks
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def readers(self) -> np.ndarray:
+        """Edges that carry data (positive bytes): a producer whose reader sits on a later stage sends its value."""
+        out = self.graph.edge_bytes > 0
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def effective_memory(self) -> tuple[int, ...] | None:
+        """``memory`` with every value above the most any stage can hold clamped to it (int64-safe, same answers)."""
+        if self.memory is None:
+            return None
+        most = self.stage_memory_coef.sum(axis=0)
+        return tuple(min(int(c), int(most[k])) for k, c in enumerate(self.memory))
+
     # ------------------------------------------------------------------ integer data for solvers
 
     @cached_property
@@ -390,7 +547,7 @@ class StageProblem:
 
         What the solvers check their integer ranges with: ``mem_peak`` and ``spill`` at most all
         parameters, ``comm_total`` every edge across all K-1 boundaries, ``comm_peak`` every edge,
-        ``compute_peak`` every node at its slowest.
+        ``compute_peak`` every node at its slowest, ``stage_time_peak`` that plus every send.
         """
         params = int(self.graph.param_bytes.sum())
         comm = int(self.edge_comm.sum())
@@ -401,6 +558,7 @@ class StageProblem:
             "comm_peak": comm,
             "compute_peak": ticks,
             "spill": params,
+            "stage_time_peak": ticks + int(self.send_ticks.sum()),
         }
 
     # ------------------------------------------------------------------ feasibility
@@ -409,11 +567,14 @@ class StageProblem:
         """Why no assignment can meet the hard capacity, or None if no such reason is visible.
 
         Checks (in order): a node whose parameters exceed every stage's capacity; more parameters in
-        total than all stages hold. Passing these does not prove feasibility (bin packing with
-        precedence remains); a solver may still answer ``infeasible``.
+        total than all stages hold; the same two for ``memory`` (parameters plus activations in
+        flight: a node alone on a stage, and everything at the least in-flight count, 1).
+        Passing these does not prove feasibility (bin packing with precedence remains); a solver
+        may still answer ``infeasible``.
         """
-        if self.capacity is None:
-            return None
+        reason = self._memory_infeasibility()
+        if reason is not None or self.capacity is None:
+            return reason
         # Python ints throughout: capacities may exceed int64, and their sum must not wrap.
         largest, room = max(self.capacity), sum(self.capacity)
         p = self.graph.param_bytes
@@ -427,6 +588,27 @@ class StageProblem:
             return (
                 f"the graph's {int(p.sum())} parameter bytes exceed the {self.n_stages} stages' total capacity "
                 f"of {room} bytes"
+            )
+        return None
+
+    def _memory_infeasibility(self) -> str | None:
+        if self.memory is None:
+            return None
+        g = self.graph
+        room = np.asarray([min(int(c), 2**62) for c in self.memory], dtype=np.int64)
+        fits = (self.stage_memory_coef <= room[None, :]).any(axis=1)
+        if not fits.all():
+            v = int(np.flatnonzero(~fits)[0])
+            return (
+                f"node {g.names[v]!r} needs {int(self.stage_memory_coef[v].min())} bytes of memory on any stage "
+                f"({int(g.param_bytes[v])} parameter bytes plus its activations of {int(g.out_bytes[v])} bytes times the "
+                f"micro-batches in flight), more than any stage's memory (largest {max(self.memory)} bytes)"
+            )
+        least = int(g.param_bytes.sum()) + int(g.out_bytes.sum())  # every stage keeps at least one micro-batch
+        if least > sum(self.memory):
+            return (
+                f"the graph's parameters plus one micro-batch of activations ({least} bytes) exceed the "
+                f"{self.n_stages} stages' total memory of {sum(self.memory)} bytes"
             )
         return None
 
@@ -459,8 +641,9 @@ class StageProblem:
     def allowed_stages(self, window: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Which stages each node may take, shape (n_nodes, K), after every cheap deduction.
 
-        Starts from the window (per-node inclusive stage range) and the hard capacity (a node never
-        sits on a stage too small for its own parameters), then propagates precedence: a node's
+        Starts from the window (per-node inclusive stage range) and the hard capacities (a node never
+        sits on a stage too small for its own parameters, or for them plus its activations in
+        flight under ``memory``), then propagates precedence: a node's
         earliest stage is at least each predecessor's earliest, its latest at most each successor's
         latest. Solvers build their domains from this; the relaxation step may call it to check a
         window before solving.
@@ -492,6 +675,8 @@ class StageProblem:
             allowed &= (stage_ids[None, :] >= lo[:, None]) & (stage_ids[None, :] <= hi[:, None])
         if self.capacity is not None:
             allowed &= g.param_bytes[:, None] <= self.capacity_array()[None, :]
+        if self.memory is not None:
+            allowed &= self.stage_memory_coef <= np.asarray(self.effective_memory, dtype=np.int64)[None, :]
         self._raise_if_empty(allowed, "its window and the stages' capacities leave it no stage")
         first = np.where(allowed.any(axis=1), allowed.argmax(axis=1), K).tolist()
         last = np.where(allowed.any(axis=1), K - 1 - allowed[:, ::-1].argmax(axis=1), -1).tolist()
@@ -547,6 +732,9 @@ class StageProblem:
             "stage_speed": None if self.stage_speed is None else list(self.stage_speed),
             "device_kind": self.device_kind,
             "time_unit": self.time_unit,
+            "memory": None if self.memory is None else list(self.memory),
+            "bandwidth": self.bandwidth,
+            "micro_batches": self.micro_batches,
         }
 
     @classmethod
@@ -577,6 +765,9 @@ class StageProblem:
             stage_speed=data.get("stage_speed"),
             device_kind=data.get("device_kind", DEFAULT_KIND),
             time_unit=data.get("time_unit"),
+            memory=data.get("memory"),
+            bandwidth=data.get("bandwidth"),
+            micro_batches=data.get("micro_batches"),
         )
 
     def save(self, path: str | os.PathLike) -> None:

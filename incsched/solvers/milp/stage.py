@@ -88,8 +88,12 @@ def solve_stage_milp(
     ValueError
         If ``backend`` is unknown or not installed here.
     ProblemError
-        If the objective's range or a linear sum passes `MILP_LIMIT` (2**53).
+        If the objective's range or a linear sum passes `MILP_LIMIT` (2**53), or the problem weighs
+        ``stage_time_peak`` or sets ``memory`` (the pipeline model is CP-SAT's only).
     """
+    if problem.weights.stage_time_peak > 0 or problem.memory is not None:
+        # Its sends need a Boolean per value and stage; CP-SAT has them and is the back end that certifies.
+        raise ProblemError("the MILP back end does not model the pipeline's stage_time_peak term or memory capacity; solve it with CP-SAT")
     start = time.perf_counter()
     name = f"milp-{backend}"
     info: dict = {"time_unit": problem.time_unit}
@@ -197,7 +201,7 @@ def _exact_cost(problem: StageProblem, stages: np.ndarray, ints: dict[str, int])
         "compute_peak": max(ticks),
         "spill": spill,
     }
-    return sum(c * terms[t] for t, c in ints.items())
+    return sum(c * terms[t] for t, c in ints.items() if c)
 
 
 def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):

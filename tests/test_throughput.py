@@ -1,0 +1,191 @@
+"""The throughput objective (issue 17, item 3): `StageProblem.pipeline`, the ``stage_time_peak``
+term and the 1F1B ``memory`` capacity, judged against loop references and brute force; the
+pipeline baselines; ``incsched solve --objective``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from incsched.bounds import stage_lower_bound, stage_term_bounds
+from incsched.evaluate.stage import evaluate_stages
+from incsched.graph import CompGraph
+from incsched.problems.stage import ObjectiveWeights, ProblemError, StageProblem
+from incsched.solvers import SolverSettings
+from incsched.solvers.cpsat.stage import solve_stage
+
+FAST = SolverSettings(time_limit=5.0, deterministic=True)
+
+
+@st.composite
+def pipeline_problems(draw, max_nodes: int = 7, max_stages: int = 3, memory: bool = True):
+    """Small DAGs with compute times, outputs and parameters; one tick a millisecond; sends of 0-4 ticks."""
+    n = draw(st.integers(1, max_nodes))
+    edges = [(i, j) for i in range(n) for j in range(i + 1, n) if draw(st.floats(0, 1)) < 0.35]
+    out = draw(st.lists(st.sampled_from([0, 2, 3, 8]), min_size=n, max_size=n))
+    # An edge carries its producer's output, or nothing (a control edge that sends nothing).
+    ebytes = [out[u] * draw(st.sampled_from([0, 1, 1])) for u, _ in edges]
+    g = CompGraph(
+        [f"n{i}" for i in range(n)], [u for u, _ in edges], [v for _, v in edges],
+        param_bytes=draw(st.lists(st.sampled_from([0, 1, 5, 20]), min_size=n, max_size=n)),
+        out_bytes=out, edge_bytes=ebytes,
+        compute_time={"cpu": draw(st.lists(st.sampled_from([0.0, 1e-3, 3e-3, 7e-3]), min_size=n, max_size=n))},
+        name="random",
+    )
+    K = draw(st.integers(1, max_stages))
+    M = draw(st.integers(1, 4))
+    kwargs = {}
+    if memory and draw(st.booleans()):
+        kwargs["memory"] = draw(st.integers(10, 120))
+    return StageProblem.pipeline(g, K, bandwidth=draw(st.sampled_from([None, 1000.0, 2000.0])), micro_batches=M,
+                                 time_unit=1e-3, **kwargs)
+
+
+def reference(problem: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]:
+    """Stage times (ticks) and memory (bytes) by plain loops over the model's written rule."""
+    g, K = problem.graph, problem.n_stages
+    M = problem.micro_batches
+    time = [0] * K
+    memory = [0] * K
+    for v in range(g.n_nodes):
+        k = stages[v]
+        time[k] += round(float(g.time("cpu")[v]) / problem.time_unit)
+        memory[k] += int(g.param_bytes[v]) + min(K - k, M) * int(g.out_bytes[v])
+    for u in range(g.n_nodes):
+        readers = [stages[g.dst[e]] for e in range(g.n_edges) if g.src[e] == u and g.edge_bytes[e] > 0]
+        for k in range(K):
+            if stages[u] <= k < max(readers, default=-1):
+                if problem.bandwidth is not None:  # the decimals the floats print as, half to even
+                    time[k] += round(Fraction(int(g.out_bytes[u])) / Fraction(repr(problem.bandwidth)) / Fraction(repr(problem.time_unit)))
+    return time, memory
+
+
+def brute_force(problem: StageProblem):
+    """Least evaluated objective over every precedence-feasible assignment (None: none fits)."""
+    best = None
+    for s in itertools.product(range(problem.n_stages), repeat=problem.graph.n_nodes):
+        ev = evaluate_stages(problem, np.asarray(s))
+        if ev.feasible and (best is None or ev.objective < best):
+            best = ev.objective
+    return best
+
+
+@given(problem=pipeline_problems(), data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_evaluator_matches_the_written_model(problem, data):
+    g, K = problem.graph, problem.n_stages
+    stages = sorted(data.draw(st.lists(st.integers(0, K - 1), min_size=g.n_nodes, max_size=g.n_nodes)))
+    ev = evaluate_stages(problem, stages)
+    time, memory = reference(problem, stages)
+    assert ev.stage_time.tolist() == time and ev.stage_time_peak == max(time)
+    assert list(ev.stage_memory) == memory
+    assert ev.feasible == (problem.memory is None or all(m <= c for m, c in zip(memory, problem.memory)))
+    assert ev.objective == max(time) and ev.terms["stage_time_peak"] == max(time)
+    assert ev.throughput == (pytest.approx(1.0 / ev.stage_time_peak_s) if ev.stage_time_peak_s > 0 else math.inf)
+
+
+@given(pipeline_problems(max_nodes=6))
+@settings(max_examples=30, deadline=None)
+def test_cpsat_optimum_and_bound_match_brute_force(problem):
+    out = solve_stage(problem, FAST)
+    best = brute_force(problem)
+    if best is None:
+        assert out.status == "infeasible"
+        return
+    assert out.status == "optimal" and out.objective == best
+    ev = evaluate_stages(problem, out.assignment)
+    assert ev.feasible and ev.objective == out.objective
+    assert stage_lower_bound(problem) <= best
+    assert stage_term_bounds(problem)["stage_time_peak"] <= best
+
+
+def test_the_send_model_on_a_diamond():
+    # a -> b, a -> c, b -> d, c -> d; a's 100 bytes read on stages 1 and 2 are sent by stages 0 and 1, once each.
+    g = CompGraph(["a", "b", "c", "d"], ["a", "a", "b", "c"], ["b", "c", "d", "d"], param_bytes=[1, 2, 3, 4],
+                  out_bytes=[100, 10, 10, 1], compute_time={"cpu": [1e-3, 2e-3, 3e-3, 4e-3]})
+    p = StageProblem.pipeline(g, 3, bandwidth=1e5, micro_batches=2, time_unit=1e-3)
+    ev = evaluate_stages(p, [0, 1, 2, 2])
+    assert ev.stage_send.tolist() == [1, 1, 0]  # a to b (and on to c): one tick of 100 bytes each hop; b's 10 bytes round to 0
+    assert ev.stage_time.tolist() == [2, 3, 7]
+    assert ev.stage_memory == (1 + 2 * 100, 2 + 2 * 10, 7 + 1 * 11)  # min(K - k, M) micro-batches in flight
+    assert ev.throughput == pytest.approx(1 / (7e-3 + 2e-4 * 0 + 0.0))
+
+
+def test_default_objective_terms_are_unchanged():
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    ev = evaluate_stages(StageProblem.peer(g, 2), [0, 1])
+    assert list(ev.terms) == ["mem_peak", "comm_total", "comm_peak", "compute_peak", "spill"]
+    assert ev.objective == 3001
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(bandwidth=-1.0), "bandwidth must be a positive"),
+        (dict(bandwidth=float("nan")), "bandwidth must be a positive"),
+        (dict(bandwidth=0), "bandwidth must be a positive"),
+        (dict(micro_batches=0), "micro_batches must be a whole number >= 1"),
+        (dict(micro_batches=2.5), "micro_batches must be a whole number >= 1"),
+        (dict(memory=-5), "memory of stage 0 is -5"),
+        (dict(memory=float("nan")), "memory of stage 0 is nan"),
+        (dict(memory=[10, 20, 30]), "memory has 3 entries for 2 stages"),
+    ],
+)
+def test_bad_pipeline_input_is_refused_naming_it(kwargs, message):
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    with pytest.raises(ProblemError, match=message):
+        StageProblem.pipeline(g, 2, **kwargs)
+
+
+def test_memory_needs_micro_batches():
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    with pytest.raises(ProblemError, match="needs micro_batches"):
+        StageProblem(g, 2, ObjectiveWeights(stage_time_peak=1), memory=100)
+
+
+def test_a_memory_no_assignment_meets_is_infeasible_naming_the_node():
+    from incsched.solve import solve
+
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[50, 0])
+    # a needs 10 + 50 bytes even on the last stage (one micro-batch in flight there).
+    p = StageProblem.pipeline(g, 2, memory=59, micro_batches=4)
+    assert "node 'a' needs 60 bytes" in p.infeasibility()
+    r = solve(p, time_limit=5)
+    assert r.status == "infeasible" and "node 'a'" in r.reason
+    # Each node fits a stage of 44 bytes alone, but 60 parameter and 40 activation bytes do not fit two.
+    g3 = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], param_bytes=[20, 40, 0], out_bytes=[20, 0, 20])
+    assert "exceed the 2 stages' total memory of 88 bytes" in StageProblem.pipeline(g3, 2, memory=44, micro_batches=1).infeasibility()
+
+
+def test_cpsat_keeps_the_memory_capacity_that_moves_the_split():
+    # A chain; stage 0 keeps 2 micro-batches of activations, stage 1 one: memory pushes heavy outputs late.
+    g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], param_bytes=[0, 0, 0], out_bytes=[10, 10, 10],
+                  compute_time={"cpu": [1e-3, 1e-3, 1e-3]})
+    free = StageProblem.pipeline(g, 2, micro_batches=2, time_unit=1e-3)
+    tight = StageProblem.pipeline(g, 2, memory=20, micro_batches=2, time_unit=1e-3)
+    assert solve_stage(free, FAST).objective == 2
+    out = solve_stage(tight, FAST)
+    assert out.status == "optimal" and out.objective == 2 and out.assignment.tolist() == [0, 1, 1]
+    assert evaluate_stages(tight, out.assignment).stage_memory == (20, 20)
+
+
+def test_milp_refuses_the_pipeline_model_in_one_line():
+    from incsched.solvers.milp.stage import solve_stage_milp
+
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    with pytest.raises(ProblemError, match="does not model the pipeline"):
+        solve_stage_milp(StageProblem.pipeline(g, 2), FAST)
+
+
+def test_json_round_trip_keeps_the_pipeline_fields():
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    p = StageProblem.pipeline(g, 2, memory=[100, 200], bandwidth=1e9, micro_batches=3)
+    q = StageProblem.from_json(p.to_json())
+    assert (q.memory, q.bandwidth, q.micro_batches, q.weights) == ((100, 200), 1e9, 3, p.weights)
+    assert math.isclose(q.time_unit, p.time_unit)
