@@ -4,6 +4,7 @@ naming it and one CPU."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -11,7 +12,7 @@ import pytest
 
 from incsched.batch import ProblemRecipe, graph_files, run_batch
 
-from batch_support import graph_folder
+from batch_support import descendants, graph_folder, wait_gone
 
 pytestmark = pytest.mark.slow  # two Ray nodes start and stop
 
@@ -45,3 +46,17 @@ def test_a_batch_runs_on_both_nodes_of_a_cluster(two_node_cluster, tmp_path):
     assert ran_on == set(node_ids.values())
     assert not ray.is_initialized()  # the batch joined the cluster and left it; the cluster stays up
     assert cluster.remaining_processes_alive()
+
+
+def test_without_an_address_a_ray_of_its_own_is_started_and_stopped(two_node_cluster, tmp_path):
+    """Even beside a running cluster: no address means a new local Ray, gone when the batch is."""
+    import ray
+
+    cluster, node_ids = two_node_cluster
+    folder = graph_folder(tmp_path / "graphs", range(2), 12, 4)
+    before = set(descendants(os.getpid()))
+    items = run_batch(graph_files(folder), tmp_path / "out", ProblemRecipe("stage", n_stages=2), engine="ray", jobs=1, time_limit=5)
+    assert [it.outcome for it in items] == ["solved"] * 2
+    assert {it.extra["node"] for it in items}.isdisjoint(node_ids.values())
+    assert not ray.is_initialized()
+    assert wait_gone(set(descendants(os.getpid())) - before, 10.0) == []
