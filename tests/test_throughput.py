@@ -189,3 +189,63 @@ def test_json_round_trip_keeps_the_pipeline_fields():
     q = StageProblem.from_json(p.to_json())
     assert (q.memory, q.bandwidth, q.micro_batches, q.weights) == ((100, 200), 1e9, 3, p.weights)
     assert math.isclose(q.time_unit, p.time_unit)
+
+
+# ---------------------------------------------------------------------- baselines
+
+
+def contiguous_optimum(problem: StageProblem, order) -> int | None:
+    """Least evaluated objective over every cut of ``order`` into K contiguous runs (None: none fits)."""
+    n, K = len(order), problem.n_stages
+    best = None
+    for inner in itertools.combinations_with_replacement(range(n + 1), K - 1):
+        cuts = [0, *inner, n]
+        stages = np.empty(n, dtype=np.int64)
+        for k in range(K):
+            stages[order[cuts[k]:cuts[k + 1]]] = k
+        ev = evaluate_stages(problem, stages)
+        if ev.feasible and (best is None or ev.objective < best):
+            best = ev.objective
+    return best
+
+
+@given(pipeline_problems(max_nodes=8, max_stages=4))
+@settings(max_examples=60, deadline=None)
+def test_pipeline_dp_is_the_best_contiguous_split(problem):
+    from incsched.baselines.stage import pipeline_dp
+
+    g = problem.graph
+    stages = pipeline_dp(problem)
+    ev = evaluate_stages(problem, stages)
+    assert np.all(stages[g.src] <= stages[g.dst])
+    options = [contiguous_optimum(problem, g.topological_order(depth_first=d)) for d in (False, True)]
+    options = [o for o in options if o is not None]
+    if options:
+        assert ev.feasible and ev.objective == min(options)
+
+
+@given(pipeline_problems(max_nodes=9, max_stages=4, memory=False))
+@settings(max_examples=30, deadline=None)
+def test_the_published_splits_are_contiguous_and_as_documented(problem):
+    from incsched.baselines.stage import STAGE_BASELINES, contiguous_compute, contiguous_params
+
+    g, K = problem.graph, problem.n_stages
+    order = g.topological_order()
+    counts = np.bincount(STAGE_BASELINES["uniform"](problem)[order], minlength=K)
+    assert counts.tolist() == [g.n_nodes // K + (k < g.n_nodes % K) for k in range(K)]
+    assert np.array_equal(STAGE_BASELINES["balance_by_time"](problem), contiguous_compute(problem))
+    assert np.array_equal(STAGE_BASELINES["parameters"](problem), contiguous_params(problem))
+    for name in ("uniform", "balance_by_time", "parameters"):
+        s = STAGE_BASELINES[name](problem)
+        assert np.all(np.diff(s[order]) >= 0), name  # one contiguous run per stage, in order
+    s = STAGE_BASELINES["pipeline_dp"](problem)  # contiguous in Kahn's order or the depth-first one
+    assert any(np.all(np.diff(s[g.topological_order(depth_first=d)]) >= 0) for d in (False, True))
+
+
+def test_solve_runs_each_pipeline_baseline_by_name():
+    from incsched.solve import solve
+
+    g = CompGraph.load("incsched/data/graphs/resnet18.json.gz")
+    p = StageProblem.pipeline(g, 2, bandwidth=1e9)
+    values = {m: solve(p, m, time_limit=5).objective for m in ("balance_by_time", "uniform", "parameters", "pipeline_dp")}
+    assert values["pipeline_dp"] == min(values.values())

@@ -3,7 +3,9 @@
 Each has the pre-scheduler interface ``preschedule(problem, seed=0) -> stages`` (one stage per node,
 always precedence-feasible) shared with the RL policy, so `solve()` and the benchmarks can swap
 them freely. They are the published baselines: level-based splits, DeepSpeed's contiguous
-``parameters`` partitioner, and a PipeDream-style dynamic program over contiguous runs.
+``parameters`` and ``uniform`` partitioners, torchgpipe's ``balance_by_time``, a PipeDream-style
+dynamic program over contiguous runs, and for the throughput objective (`StageProblem.pipeline`)
+a PipeDream/Alpa-style search for the contiguous split of least slowest-stage time.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ __all__ = [
     "pipedream_dp",
     "dp_local_search",
     "best_split_of_order",
+    "balance_by_time",
+    "uniform",
+    "parameters",
+    "pipeline_dp",
     "STAGE_BASELINES",
     "best_baseline",
 ]
@@ -83,6 +89,12 @@ def pipedream_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
         stages, key = best_split_of_order(problem, order)
         if stages is not None and (best_key is None or key < best_key):
             best, best_key = stages, key
+    if problem.weights.stage_time_peak > 0 or problem.memory is not None:
+        # The pipeline model's term and memory are not in the DP above: its own search competes.
+        stages = pipeline_dp(problem, seed)
+        ev = evaluate_stages(problem, stages)
+        if best_key is None or (not ev.feasible, ev.objective) < best_key:
+            best, best_key = stages, (not ev.feasible, ev.objective)
     if best is None:  # no contiguous split meets the hard capacity: hand back the memory-balanced one
         return contiguous_params(problem, seed)
     return best
@@ -146,6 +158,61 @@ def dp_local_search(problem: StageProblem, seed: int = 0, *, rounds: int = 5, st
     return place_loadless_nodes(problem, stages)
 
 
+def balance_by_time(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """torchgpipe's ``balance_by_time``: the topological order cut into K contiguous runs whose
+    largest compute time is least (its ``blockpartition.solve``), sends and memory not considered.
+
+    The node times are the graph's (torchgpipe profiles each layer); on stages of one speed this is
+    `contiguous_compute`'s split.
+    """
+    return contiguous_compute(problem, seed)
+
+
+def uniform(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """DeepSpeed's ``partition_method="uniform"``: equal node counts along the topological order.
+
+    As ``deepspeed.runtime.utils.partition_uniform``: runs of n // K nodes, the first n % K runs
+    one node longer (and with fewer nodes than stages, one node per stage, the rest empty).
+    """
+    g, K = problem.graph, problem.n_stages
+    n = g.n_nodes
+    sizes = [n // K + (1 if k < n % K else 0) for k in range(K)]
+    cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return _positions_to_stages(g.topological_order(), cuts)
+
+
+def parameters(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """DeepSpeed's ``partition_method="parameters"``: contiguous runs of balanced parameters (`contiguous_params`)."""
+    return contiguous_params(problem, seed)
+
+
+def pipeline_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """PipeDream's and Alpa's planner: the contiguous split of a topological order of least
+    ``stage_time_peak`` (compute plus sends) within the hard ``memory`` and ``capacity``.
+
+    Over one order, stage k ending at position i sends exactly the values made before i and read
+    at or after i, so its time is its compute plus a cost of i alone, and its memory grows with
+    its run: whether every stage fits under a cap C is decided exactly by taking, for each end,
+    the latest feasible start (`_pipeline_cuts`), and a binary search on C finds the least. The
+    better of Kahn's and the depth-first order wins by the evaluator. Falls back to
+    `balance_by_time` when no contiguous split fits the memory.
+    """
+    g = problem.graph
+    if problem.n_stages == 1 or g.n_nodes == 0:
+        return np.zeros(g.n_nodes, dtype=np.int64)
+    best, best_key = None, None
+    for order in (g.topological_order(), g.topological_order(depth_first=True)):
+        cuts = _least_peak_cuts(problem, order)
+        if cuts is None:
+            continue
+        stages = _positions_to_stages(order, cuts)
+        ev = evaluate_stages(problem, stages)
+        key = (not ev.feasible, ev.objective)
+        if best_key is None or key < best_key:
+            best, best_key = stages, key
+    return balance_by_time(problem, seed) if best is None else best
+
+
 #: Every stage pre-scheduler by name, for `solve()`, the CLI and the benchmarks.
 STAGE_BASELINES: dict[str, Callable[[StageProblem, int], np.ndarray]] = {
     "asap": asap,
@@ -154,6 +221,10 @@ STAGE_BASELINES: dict[str, Callable[[StageProblem, int], np.ndarray]] = {
     "contiguous_compute": contiguous_compute,
     "pipedream_dp": pipedream_dp,
     "dp_local_search": dp_local_search,
+    "balance_by_time": balance_by_time,
+    "uniform": uniform,
+    "parameters": parameters,
+    "pipeline_dp": pipeline_dp,
 }
 
 
@@ -281,6 +352,73 @@ def _dp_cuts(problem: StageProblem, order, mem, ticks, mem_cap, time_cap) -> np.
     cuts = [n]
     for k in range(K - 1, 0, -1):
         cuts.append(int(back[k, cuts[-1]]))
+    cuts.append(0)
+    return np.asarray(cuts[::-1], dtype=np.int64)
+
+
+def _sends_at_cuts(problem: StageProblem, order: np.ndarray) -> np.ndarray:
+    """send[i]: ticks of the values a stage ending before position i sends (made before i, read at or after i)."""
+    g, n = problem.graph, len(order)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    data = problem.readers
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(last, g.src[data], pos[g.dst[data]])
+    senders = np.flatnonzero(last > pos)
+    diff = np.zeros(n + 2, dtype=np.int64)
+    np.add.at(diff, pos[senders] + 1, problem.send_ticks[senders])
+    np.add.at(diff, last[senders] + 1, -problem.send_ticks[senders])
+    return np.cumsum(diff)[: n + 1]
+
+
+def _least_peak_cuts(problem: StageProblem, order: np.ndarray) -> np.ndarray | None:
+    """Cuts of ``order`` of least slowest-stage time within the memory; None when no split fits it."""
+    K = problem.n_stages
+    ticks = _prefix(problem.node_ticks[order])
+    sends = _sends_at_cuts(problem, order)
+    mem = _prefix(problem.stage_memory_coef[order]) if problem.memory is not None else None
+    caps = [problem.effective_memory, problem.effective_capacity]
+    params = _prefix(np.repeat(problem.graph.param_bytes[order][:, None], K, axis=1)) if caps[1] is not None else None
+    lo = 0
+    hi = int(ticks[-1].max()) + int(sends.max(initial=0))
+    if _pipeline_cuts(ticks, sends, mem, params, caps, hi) is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _pipeline_cuts(ticks, sends, mem, params, caps, mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return _pipeline_cuts(ticks, sends, mem, params, caps, lo)
+
+
+def _pipeline_cuts(ticks, sends, mem, params, caps, cap: int) -> np.ndarray | None:
+    """Cuts with every stage's compute + sends <= ``cap`` and within its memory, or None.
+
+    Stage k may end at i after starting at j when its load over [j, i) fits; loads fall as j rises,
+    so the latest reachable start j <= i decides (a running maximum), exactly.
+    """
+    n, K = ticks.shape[0] - 1, ticks.shape[1]
+    idx = np.arange(n + 1)
+    reach = idx == 0  # where the previous stage may end
+    starts = np.zeros((K, n + 1), dtype=np.int64)
+    for k in range(K):
+        latest = np.maximum.accumulate(np.where(reach, idx, -1))  # latest reachable start <= i
+        ok = latest >= 0
+        j = np.maximum(latest, 0)
+        time = ticks[:, k] - ticks[j, k] + (sends if k < K - 1 else 0)
+        ok &= time <= cap
+        if mem is not None:
+            ok &= mem[:, k] - mem[j, k] <= caps[0][k]
+        if params is not None:
+            ok &= params[:, k] - params[j, k] <= caps[1][k]
+        starts[k] = j
+        reach = ok
+    if not reach[n]:
+        return None
+    cuts = [n]
+    for k in range(K - 1, 0, -1):
+        cuts.append(int(starts[k, cuts[-1]]))
     cuts.append(0)
     return np.asarray(cuts[::-1], dtype=np.int64)
 
