@@ -30,6 +30,7 @@ __all__ = [
     "ExecutionSpec",
     "load_experiment",
     "shipped_experiments",
+    "method_kinds",
     "GENERATORS",
 ]
 
@@ -211,7 +212,7 @@ def _experiment(raw: dict, src: str, profile: str | None, base_dir: str) -> Expe
         raise ConfigError(f"{src}: {missing}: at least one is needed (or an [[executions]] table)")
     kinds = {p.kind for p in problems}
     for i, m in enumerate(methods):
-        if not _method_kinds(m.name) & kinds:
+        if not method_kinds(m.name) & kinds:
             raise ConfigError(f"{src}: methods[{i}].name: {m.name!r} solves none of this config's problems ({', '.join(sorted(kinds))})")
     labels = [m.label for m in methods]
     dup = next((lab for lab in labels if labels.count(lab) > 1), None)
@@ -288,7 +289,7 @@ def _problem(t: dict, where: str, src: str) -> ProblemSpec:
 def _method(t: dict, where: str, src: str) -> MethodSpec:
     _known(t, {"name", "label", "time_limit", "work_limit", "deterministic", "workers", "preschedule", "record_progress"}, where, src)
     name = _get(t, "name", str, where, src, required=True)
-    if not _method_kinds(name):
+    if not method_kinds(name):
         from ..solve import METHODS
 
         raise ConfigError(f"{src}: {where}.name: unknown method {name!r} (known: {', '.join(list(METHODS) + sorted(_all_preschedulers()))})")
@@ -316,7 +317,7 @@ def _execution(t: dict, where: str, src: str) -> ExecutionSpec:
             raise ConfigError(f"{src}: {where}.devices: at least one device")
     methods = tuple(_method(m, f"{where}.methods[{i}]", src) for i, m in enumerate(_tables(t.get("methods", []), f"{where}.methods", src)))
     for i, m in enumerate(methods):
-        if kind not in _method_kinds(m.name):
+        if kind not in method_kinds(m.name):
             raise ConfigError(f"{src}: {where}.methods[{i}].name: {m.name!r} does not solve {kind} problems")
     single = _get(t, "single_device", bool, where, src, default=False)
     if single and kind == "stage":
@@ -332,7 +333,8 @@ def _execution(t: dict, where: str, src: str) -> ExecutionSpec:
                          profile_runs=_get(t, "profile_runs", int, where, src, default=5, low=1))
 
 
-def _method_kinds(name: str) -> set[str]:
+def method_kinds(name: str) -> set[str]:
+    """The problem kinds (``stage``, ``placement``) that the method ``name`` solves."""
     from ..inc_ilp.incumbent import PLACEMENT_PRESCHEDULERS, STAGE_PRESCHEDULERS
     from ..solve import METHODS
 

@@ -19,7 +19,7 @@ from ..batch import ENGINES, ProblemRecipe, SolveTask, batch_key, graph_files, s
 from ..errors import IncschedError
 from ..jsonio import atomic_write_bytes, json_bytes, read_json, write_json
 from .cells import Cell, cell_key
-from .config import Experiment, GraphSpec, ProblemSpec
+from .config import Experiment, GraphSpec, ProblemSpec, method_kinds
 from .provenance import environment, load_average, utc_now
 
 __all__ = ["plan", "run_experiment", "read_rows", "RowLog", "ROWS_FILE", "EXPERIMENT_FILE"]
@@ -103,7 +103,7 @@ def plan(exp: Experiment) -> Plan:
             for problem in exp.problems:
                 for problem_label, recipe in _recipes(problem, graph):
                     for method in exp.methods:
-                        if problem.kind not in _kinds(method.name):
+                        if problem.kind not in method_kinds(method.name):
                             continue
                         for seed in exp.seeds:
                             kwargs = method.solve_kwargs(seed)
@@ -120,12 +120,6 @@ def plan(exp: Experiment) -> Plan:
                                 task = SolveTask(key, data, f"{_file_stem(graph.name)}.json", recipe, kwargs, method.record_progress)
                                 cells.append(Cell(key, labels, task, graph))
     return Plan(cells, notes)
-
-
-def _kinds(method: str) -> set[str]:
-    from .config import _method_kinds
-
-    return _method_kinds(method)
 
 
 def _file_stem(name: str) -> str:
