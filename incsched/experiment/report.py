@@ -83,6 +83,9 @@ def _markdown(meta, rows, stale, per_instance, per_method, executions, figures) 
         + (f"{min(loads):.2f}-{max(loads):.2f}" if loads else "n/a"),
         f"- last command: `{' '.join(env.get('command_line') or [])}`",
     ]
+    at_once = sorted({r.get("cells_at_once") for r in rows if r.get("kind") == "solve" and r.get("cells_at_once")})
+    if at_once and at_once != [1]:
+        lines.append(f"- solve cells ran {'/'.join(map(str, at_once))} at a time: their wall times disturb each other")
     commits = Counter((r.get("provenance") or {}).get("git_commit") or "none" for r in rows)
     if len(commits) > 1:  # rows kept from earlier runs carry their own provenance
         lines.append("- rows by commit: " + ", ".join(f"{c[:12]} ({n})" for c, n in commits.most_common()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -218,7 +219,9 @@ def run_experiment(
     total = len(keys)
     counts = {"planned": total, "reused": sum(k in done for k in keys), "solved": 0, "failed": 0}
     # warm_up_s: None when cells ran in fresh worker processes, whose first solve pays the imports
-    context = {"experiment": exp.name, "profile": exp.profile, "config_hash": exp.digest, "warm_up_s": warm_up_s}
+    # cells solved at once: more than one and their timings disturb each other
+    at_once = workers if workers is not None else (os.cpu_count() if engine == "local" else None)
+    context = {"experiment": exp.name, "profile": exp.profile, "config_hash": exp.digest, "warm_up_s": warm_up_s, "cells_at_once": at_once}
 
     def record(row: dict) -> None:
         rows.append(row)
