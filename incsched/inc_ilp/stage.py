@@ -229,7 +229,8 @@ def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | No
     all that is left)."""
     with ctx.timed("proof"):
         # Reduced models are small: the full LP pays for itself there (solve_stage's measurement).
-        out = solve_stage(model, ctx.settings(work), window=window, hint=hint, linearization_level=None if window is None else 2)
+        lp = {} if window is None else {"linearization_level": 2}
+        out = solve_stage(model, ctx.settings(work), window=window, hint=hint, **lp)
     ctx.charge(out)
     ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
     _take(ctx, out, "full", whole=True)
