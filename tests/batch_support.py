@@ -6,11 +6,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from incsched import save_graph
+from incsched.batch import ProblemRecipe, SolveTask
+from incsched.formats import graph_to_dict
 from incsched.generators import layered_dag
+from incsched.jsonio import json_bytes
 
 
 def graph_folder(folder: Path, seeds, n_nodes: int, n_layers: int, param_bytes=(0, 1000), out_bytes=(1, 50)) -> Path:
@@ -24,6 +29,33 @@ def graph_folder(folder: Path, seeds, n_nodes: int, n_layers: int, param_bytes=(
 def slow_graph_folder(folder: Path, count: int = 3) -> Path:
     """Graphs that keep a worker busy for many seconds with the cold ILP (400 nodes, 8 stages)."""
     return graph_folder(folder, range(count), 400, 20, param_bytes=(0, 100_000), out_bytes=(1, 5000))
+
+
+def slow_task(key: str, seconds: float) -> SolveTask:
+    """A solve that keeps its worker busy for about ``seconds`` (the cold ILP on 400 nodes, 8 stages)."""
+    graph = layered_dag(400, n_layers=20, param_bytes=(0, 100_000), out_bytes=(1, 5000), seed=0, name="big")
+    return SolveTask(key, json_bytes(graph_to_dict(graph)), "big.json", ProblemRecipe("stage", n_stages=8),
+                     {"method": "ilp", "time_limit": seconds})
+
+
+def kill_once(find: Callable[[], Iterable[int]], delay: float) -> tuple[threading.Thread, list[int]]:
+    """A started thread that SIGKILLs what ``find()`` names, once, ``delay`` seconds after it first
+    names something (within a minute); join it, then read the pids it killed."""
+    killed: list[int] = []
+
+    def watch():
+        deadline = time.time() + 60
+        while time.time() < deadline and not killed:
+            if list(find()):
+                time.sleep(delay)
+                for pid in find():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, name="kill-once")
+    thread.start()
+    return thread, killed
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -1,5 +1,6 @@
 """`incsched batch --jobs 2` as a real process: its workers die with it on kill -9, and Ctrl-C
-stops them, keeps what is written and exits 130."""
+stops them, keeps what is written and exits 130; a worker killed under it is replaced and its
+task run again."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from batch_support import children, interrupt, slow_graph_folder, wait_gone
+from batch_support import children, descendants, graph_folder, interrupt, kill_once, slow_graph_folder, slow_task, wait_gone
+from incsched.batch import ProblemRecipe, SolveTask, solve_many
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers"),
@@ -64,3 +66,19 @@ def test_ctrl_c_stops_the_workers_keeps_results_and_exits_130(slow_batch):
     summary = json.loads((out / "batch.json").read_text())
     assert summary["interrupted"] is True and [it["outcome"] for it in summary["items"]] == ["interrupted"] * 3
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_local_worker_killed_mid_solve_is_retried_into_one_outcome(tmp_path):
+    folder = graph_folder(tmp_path / "graphs", range(3), 12, 4)
+    quick = [SolveTask(p.name, p.read_bytes(), p.name, ProblemRecipe("stage", n_stages=2), {"time_limit": 5}) for p in sorted(folder.iterdir())]
+    tasks = [slow_task("big", 2.0), *quick]
+    me = os.getpid()
+    own = Path(f"/proc/{me}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    # the pool's workers are forks of this process: the same command line; whichever is killed
+    # breaks the pool, and every task it held must still come back once, solved
+    killer, killed = kill_once(lambda: [p for p, cmd in descendants(me).items() if cmd == own][:1], delay=1.0)
+    got = list(solve_many(tasks, workers=2))
+    killer.join()
+    assert len(killed) == 1
+    assert sorted(o.task.key for o in got) == sorted(t.key for t in tasks)
+    assert [o.error for o in got] == [None] * len(tasks)

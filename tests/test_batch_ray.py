@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from incsched.generators import layered_dag
 from incsched.jsonio import json_bytes
 from incsched.result import Result
 
-from batch_support import descendants, graph_folder, interrupt, slow_graph_folder, wait_gone
+from batch_support import descendants, graph_folder, interrupt, kill_once, slow_graph_folder, slow_task, wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,31 +104,10 @@ def test_solve_many_carries_keys_progress_and_errors_back(local_ray):
     assert "time_limit" in outcomes["bad-kwarg"].error
 
 
-def _slow_task(key: str, seconds: float) -> SolveTask:
-    """A solve that keeps its worker busy for about ``seconds`` (the cold ILP on 400 nodes, 8 stages)."""
-    graph = layered_dag(400, n_layers=20, param_bytes=(0, 100_000), out_bytes=(1, 5000), seed=0, name="big")
-    return SolveTask(key, json_bytes(graph_to_dict(graph)), "big.json", ProblemRecipe("stage", n_stages=8),
-                     {"method": "ilp", "time_limit": seconds})
-
-
 @pytest.mark.slow
 def test_a_worker_killed_mid_solve_is_retried_into_one_outcome(local_ray):
-    outcomes = solve_many([_slow_task("big", 2.0)], engine="ray")
-    killed = []
-
-    def kill_once():
-        deadline = time.time() + 60
-        while time.time() < deadline and not killed:
-            busy = _solving(os.getpid())
-            if busy:
-                time.sleep(0.5)  # inside the solve, not in its start-up
-                for pid in busy:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.1)
-
-    killer = threading.Thread(target=kill_once)
-    killer.start()
+    outcomes = solve_many([slow_task("big", 2.0)], engine="ray")
+    killer, killed = kill_once(lambda: list(_solving(os.getpid()))[:1], delay=0.5)  # inside the solve, not its start-up
     got = list(outcomes)
     killer.join()
     assert len(killed) == 1

@@ -29,10 +29,12 @@ def solve_many(tasks: Iterable[SolveTask], *, engine: str = "local", workers: in
     Parameters
     ----------
     tasks : iterable of SolveTask
+        Drawn as the engine has room for more (a generator may make them as it goes).
     engine : {"local", "ray"}
         ``local``: ``workers`` processes of this machine (1: one after another in this process).
-        ``ray``: one Ray task per solve, reserving as many CPUs as its CP-SAT workers; a task whose
-        worker dies is retried (Ray's ``max_retries``) and yields one outcome.
+        ``ray``: one Ray task per solve, reserving as many CPUs as its CP-SAT workers. On both, a
+        task whose worker process dies is run again (up to ``MAX_RETRIES`` times; Ray's
+        ``max_retries``) and yields one outcome.
     workers : int, optional
         ``local``: processes (default: this machine's cores). ``ray`` without ``address``: the CPUs
         of the Ray it starts (default: this machine's cores); ignored on a cluster.
@@ -59,12 +61,16 @@ def solve_many(tasks: Iterable[SolveTask], *, engine: str = "local", workers: in
         raise IncschedError(f"workers must be a whole number of at least 1, got {workers!r}")
     if address is not None and engine != "ray":
         raise IncschedError("an address names a Ray cluster: it needs engine 'ray'")
-    tasks = list(tasks)
-    for task in tasks:
-        if not isinstance(task, SolveTask):
-            raise IncschedError(f"solve_many takes SolveTask items, got {type(task).__name__}")
     if engine == "ray":
         from .ray_engine import solve_ray  # imports ray (an optional extra), so only when asked for
 
-        return solve_ray(tasks, workers=workers, address=address)
-    return solve_local(tasks, workers or os.cpu_count() or 1)
+        return solve_ray(_checked(tasks), workers=workers, address=address)
+    return solve_local(_checked(tasks), workers or os.cpu_count() or 1)
+
+
+def _checked(tasks: Iterable[SolveTask]) -> Iterator[SolveTask]:
+    # drawn one at a time by the engines (a batch's tasks may be produced as it goes)
+    for task in tasks:
+        if not isinstance(task, SolveTask):
+            raise IncschedError(f"solve_many takes SolveTask items, got {type(task).__name__}")
+        yield task

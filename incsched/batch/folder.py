@@ -218,17 +218,19 @@ def run_batch(
         if progress:
             progress(item, len(items), total)
 
-    interrupted = False
-    try:
-        tasks = []
+    def tasks():
+        # made as the engine asks for more: stored results are re-checked while workers solve
         for i, f in enumerate(files):
             task_or_item = _task_unless_done(i, f, result_path(f, out), recipe, solve_kwargs)
             if isinstance(task_or_item, BatchItem):
                 record(i, task_or_item)
             else:
-                tasks.append(task_or_item)
+                yield task_or_item
+
+    interrupted = False
+    try:
         workers = jobs if engine == "ray" else jobs or 1
-        with contextlib.closing(solve_many(tasks, engine=engine, workers=workers, address=address)) as outcomes:
+        with contextlib.closing(solve_many(tasks(), engine=engine, workers=workers, address=address)) as outcomes:
             for outcome in outcomes:
                 i = int(outcome.task.key)
                 record(i, _written(outcome, files[i], result_path(files[i], out)))

@@ -2,33 +2,38 @@
 
 Workers die with the driver (even on ``kill -9``) and ignore Ctrl-C, which the driver handles by
 killing them: what a worker was solving is lost, nothing it half-did survives (workers write no
-files; the driver writes the results).
+files; the driver writes the results). A worker that dies breaks the pool: its tasks run again in
+a new one, up to ``MAX_RETRIES`` times, as on Ray.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from . import tasks as _tasks
-from .tasks import SolveTask, TaskOutcome, failed_outcome, outcome_from_reply
+from .tasks import MAX_RETRIES, SolveTask, TaskOutcome, failed_outcome, outcome_from_reply
 
 __all__ = ["solve_local"]
 
 
-def solve_local(tasks: list[SolveTask], workers: int) -> Iterator[TaskOutcome]:
+def solve_local(tasks: Iterable[SolveTask], workers: int) -> Iterator[TaskOutcome]:
     """Outcomes of ``tasks`` as they finish, ``workers`` at a time (1: one after another, here).
 
-    Raises KeyboardInterrupt on Ctrl-C once the workers are stopped; closing the iterator early
-    stops them too.
+    ``tasks`` is drawn as workers free up (two per worker waiting at most), so a long batch never
+    holds every graph's bytes at once. Raises KeyboardInterrupt on Ctrl-C once the workers are
+    stopped; closing the iterator early stops them too.
     """
-    if workers <= 1 or len(tasks) <= 1:
+    tasks = iter(tasks)
+    if workers <= 1:
         for task in tasks:
             outcome = outcome_from_reply(task, _tasks.run_task(task))
             if outcome.result is not None and outcome.result.stop_reason == "interrupted":
@@ -36,21 +41,51 @@ def solve_local(tasks: list[SolveTask], workers: int) -> Iterator[TaskOutcome]:
                 raise KeyboardInterrupt
             yield outcome
         return
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_worker_init, initargs=(os.getpid(),))
+    first = next(tasks, None)
+    if first is None:
+        return
+    pool = _pool(workers)
+    in_flight: dict = {}  # future -> (task, tries before this one)
+
+    def submit(task: SolveTask, tries: int = 0) -> None:
+        nonlocal pool
+        try:
+            in_flight[pool.submit(_tasks.run_task, task)] = (task, tries)
+        except BrokenProcessPool:  # a worker died and broke the pool: a new one takes the rest
+            _stop_workers(pool)
+            pool = _pool(workers)
+            in_flight[pool.submit(_tasks.run_task, task)] = (task, tries)
+
     try:
-        futures = {pool.submit(_tasks.run_task, task): task for task in tasks}
-        for fut in as_completed(futures):
-            task = futures[fut]
-            try:
-                reply = fut.result()
-            except Exception as exc:  # noqa: BLE001 - a worker that died (killed, out of memory)
-                yield failed_outcome(task, f"worker died: {type(exc).__name__}: {exc}")
-            else:
-                yield outcome_from_reply(task, reply)
+        for task in itertools.chain([first], itertools.islice(tasks, 2 * workers - 1)):
+            submit(task)
+        while in_flight:
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for fut in done:
+                task, tries = in_flight.pop(fut)
+                try:
+                    reply = fut.result()
+                except BrokenProcessPool as exc:
+                    # a worker died (killed, out of memory) and every task the pool held fails with
+                    # it, whichever was the cause: each is run again, as Ray's max_retries does
+                    if tries < MAX_RETRIES:
+                        submit(task, tries + 1)
+                        continue
+                    yield failed_outcome(task, f"its worker died on each of {tries + 1} tries: {type(exc).__name__}: {exc}")
+                except Exception as exc:  # noqa: BLE001 - the task could not reach its worker or come back
+                    yield failed_outcome(task, f"{type(exc).__name__}: {exc}")
+                else:
+                    yield outcome_from_reply(task, reply)
+                for more in itertools.islice(tasks, 1):
+                    submit(more)
     except BaseException:  # Ctrl-C, or the caller closed the iterator
         _stop_workers(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(os.getpid(),))
 
 
 # ---------------------------------------------------------------------- workers die with the batch

@@ -20,7 +20,10 @@ from typing import Any
 from ..jsonio import json_bytes
 from ..result import Result
 
-__all__ = ["ProblemRecipe", "SolveTask", "TaskOutcome", "batch_key", "run_task", "outcome_from_reply"]
+__all__ = ["ProblemRecipe", "SolveTask", "TaskOutcome", "batch_key", "run_task", "outcome_from_reply", "failed_outcome", "MAX_RETRIES"]
+
+#: Times a task is run again when its worker process dies (on every engine); bad input is never retried.
+MAX_RETRIES = 3
 
 
 @dataclass(frozen=True)
