@@ -14,12 +14,15 @@ import itertools
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_stage_problem import stage_instances
 
 from incsched.bounds import stage_term_bounds
+from incsched.data import shipped_graph_path
 from incsched.evaluate.stage import evaluate_stages
+from incsched.formats import load_graph
 from incsched.graph import CompGraph
 from incsched.problems.stage import StageProblem
 from incsched.solve import solve
@@ -126,3 +129,10 @@ def test_chain_peak_bound_is_the_linear_partition_optimum():
     assert peak_lower_bound(p, closure(p)) == 11
     pb = proof_bound(p, 12, closure(p))
     assert pb.lower_bound == 12  # peak 11 plus the one crossing every 2-stage split of the chain pays
+
+
+@pytest.mark.parametrize("name, K", [("resnet18", 4), ("vgg16", 8), ("resnet50", 2)])
+def test_inc_ilp_proves_the_plain_models_optimum_on_shipped_graphs(name, K):
+    p = StageProblem.peer(load_graph(shipped_graph_path(name)), K, alpha=1)
+    fast, cold = solve(p, "inc-ilp", time_limit=60), solve(p, "ilp", time_limit=60)
+    assert fast.status == cold.status == "optimal" and fast.objective == cold.objective
