@@ -76,7 +76,6 @@ class _Net:
         return self.node("relu", [c], 0, 4 * c_out * hw * hw)
 
     def graph(self) -> CompGraph:
-        n = len(self.names)
         return CompGraph(self.names, self.src, self.dst, param_bytes=self.params, out_bytes=self.out,
                          flops=[float(max(p, 1)) for p in self.params], name=self.name)
 

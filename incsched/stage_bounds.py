@@ -32,8 +32,8 @@ __all__ = ["Closure", "closure", "stage_ranges", "peak_lower_bound", "crossing_b
            "MAX_CLOSURE_NODES"]
 
 #: Largest graph whose ancestor matrix is built (n x n, as Booleans and twice float64: 1,500
-#: nodes is 38 MB); the ICML'24 graphs of 5,000-10,000 nodes go without these bounds. (Their 1,000-node
-#: ones get them in about 0.4 s, and no reduction: every node keeps every stage.)
+#: nodes is 38 MB); the ICML'24 graphs of 5,000-10,000 nodes go without these bounds. (Their
+#: 1,000-node ones get them in about 0.4 s, and no reduction: every node keeps every stage.)
 MAX_CLOSURE_NODES = 1500
 
 
