@@ -18,10 +18,17 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx]'
 	touch $(STAMP)
 
+# The default objective (peer: memory balanced), then the throughput objective (slowest stage's
+# compute + sends at 1 GB/s, 4 micro-batches under 1F1B), then both splits side by side as pipelines.
 run: $(STAMP)
 	$(VENV)/bin/incsched graph info $(RUN_GRAPH)
 	@echo
-	$(VENV)/bin/incsched solve $(RUN_GRAPH) --stages 4 --time-limit 60
+	@mkdir -p out/run
+	$(VENV)/bin/incsched solve $(RUN_GRAPH) --stages 4 --time-limit 60 --json out/run/peer.json
+	@echo
+	$(VENV)/bin/incsched solve $(RUN_GRAPH) --stages 4 --objective throughput --bandwidth 1e9 --micro-batches 4 --time-limit 40 --json out/run/throughput.json
+	@echo
+	$(PY) benchmarks/throughput.py --compare out/run/peer.json out/run/throughput.json --graph $(RUN_GRAPH) --bandwidth 1e9 --micro-batches 4
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -193,6 +193,12 @@ def _parser() -> argparse.ArgumentParser:
     sol = sub.add_parser("solve", help="solve a stage or placement problem and print the certified result")
     sol.add_argument("graph", help="graph file (.json, .json.gz, .gml)")
     _add_problem_args(sol)
+    sol.add_argument("--objective", choices=("peer", "memory", "throughput"), default="peer",
+                     help="stage: peer (alpha * mem_peak + crossed edges, or --weights; the default), memory (mem_peak alone), or "
+                          "throughput (the slowest stage's compute plus sends, under --memory: StageProblem.pipeline)")
+    sol.add_argument("--memory", type=_byte_count, metavar="BYTES",
+                     help="--objective throughput: per-stage bytes for parameters plus the activations 1F1B keeps in flight")
+    sol.add_argument("--micro-batches", type=_count, default=4, help="--objective throughput: micro-batches per run (default 4)")
     sol.add_argument("--json", metavar="OUT", help="write the result as JSON (atomically); '-' writes it to stdout and the summary to stderr")
     sol.set_defaults(run=_solve)
 
@@ -517,7 +523,8 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spill-capacity", type=_byte_count, metavar="BYTES",
                    help="stage: per-stage memory beyond which parameters spill (needed by the spill term of --weights)")
     p.add_argument("--kind", default="cpu", help="device kind whose node times are used (default cpu)")
-    p.add_argument("--bandwidth", type=_positive, help="placement: link bandwidth in bytes/s (default: infinite)")
+    p.add_argument("--bandwidth", type=_positive,
+                   help="placement: link bandwidth in bytes/s; solve --objective throughput: bytes/s of a stage's sends (default: infinite)")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="placement: link latency in seconds")
     p.add_argument("--method", default="inc-ilp", help="inc-ilp (default), ilp, ilp-hinted, rl, or a baseline name")
     p.add_argument("--preschedule", metavar="NAME",
@@ -744,10 +751,31 @@ def _parse_weights(text: str) -> dict[str, int | float]:
     return out
 
 
+def _objective_problem(args, graph):
+    """The stage problem ``--objective memory|throughput`` names, or None for the recipe's (peer form or --weights)."""
+    from .problems.stage import ObjectiveWeights, StageProblem
+
+    if args.stages is None:
+        if args.objective != "peer" or args.memory is not None:
+            raise IncschedError("--objective and --memory belong to stage problems (--stages K)")
+        return None
+    if args.objective != "throughput" and args.memory is not None:
+        raise IncschedError("--memory (parameters plus activations in flight) belongs to --objective throughput; --capacity bounds parameters")
+    if args.objective == "peer":
+        return None
+    if args.weights is not None:
+        raise IncschedError(f"--weights and --objective {args.objective} each name an objective; give one")
+    if args.objective == "memory":
+        return StageProblem(graph, args.stages, ObjectiveWeights(mem_peak=1), capacity=args.capacity, device_kind=args.kind)
+    return StageProblem.pipeline(graph, args.stages, memory=args.memory, bandwidth=args.bandwidth, micro_batches=args.micro_batches,
+                                 capacity=args.capacity, device_kind=args.kind)
+
+
 def _solve(args) -> int:
     from .solve import solve
 
-    problem = _recipe(args).build(_read_graph(args.graph, None))
+    graph = _read_graph(args.graph, None)
+    problem = _objective_problem(args, graph) or _recipe(args).build(graph)
     live = not args.quiet and sys.stderr.isatty()
     result = solve(problem, **_solve_kwargs(args, counted_from_start=True), on_progress=_progress_line if live else None)
     if live:
@@ -953,9 +981,14 @@ def format_result(r) -> str:
         lines.append(f"gap          {100 * r.gap:.4f} %")
     t = r.terms
     if r.problem == "stage" and t:
-        lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill")))
+        lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill", "stage_time_peak") if k in t))
         lines.append("stage memory " + " | ".join(_bytes(b) for b in t["stage_mem"]))
         lines.append("stage time   " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_compute_s"]))
+        if "stage_time_s" in t:  # a pipeline problem: compute plus sends, memory with activations in flight
+            lines.append("time + sends " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_time_s"]))
+            lines.append("mem + acts   " + " | ".join(_bytes(b) for b in t["stage_memory"]))
+            if t.get("throughput") is not None:
+                lines.append(f"throughput   {t['throughput']:.2f} micro-batches/s (slowest stage {1e3 * t['stage_time_peak_s']:.3f} ms)")
     elif r.problem == "placement" and t:
         lines.append(f"makespan     {1e3 * t['makespan_s']:.3f} ms ({t['makespan']:,} ticks)")
         lines.append("device busy  " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["busy_s"]))

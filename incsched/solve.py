@@ -186,6 +186,10 @@ def _certify(ctx: Context, kind: str, method: str) -> Result:
         objective = ev.objective
         terms = dict(ev.terms, compute_peak_s=ev.compute_peak_s, stage_mem=[int(m) for m in ev.stage_mem],
                      stage_compute_s=[float(t) for t in ev.stage_compute_s])
+        if p.pipelined:  # the pipeline's predicted figures (StageProblem.pipeline)
+            # No throughput (None) when every stage takes no time: JSON has no infinity.
+            terms.update(stage_time_peak_s=ev.stage_time_peak_s, throughput=ev.throughput if math.isfinite(ev.throughput) else None,
+                         stage_time_s=[float(t) for t in ev.stage_time_s], stage_memory=list(ev.stage_memory))
         answer = {"stages": [int(s) for s in ctx.best]}
     else:
         sched = simulate(p, ctx.best, "ordered")

@@ -118,7 +118,7 @@ def test_list_label_in_gml(tmp_path, capsys):
         ("--alpha", "nan", "argument --alpha: 'nan' must be finite and >= 0"),
         ("--alpha", "-1", "argument --alpha"),
         ("--stages", "0", "argument --stages: '0' is out of range (must be at least 1)"),
-        ("--weights", "foo=1", "--weights: unknown term 'foo' (terms: mem_peak, comm_total, comm_peak, compute_peak, spill)"),
+        ("--weights", "foo=1", "--weights: unknown term 'foo' (terms: mem_peak, comm_total, comm_peak, compute_peak, spill, stage_time_peak)"),
         ("--weights", "mem_peak", "--weights: expected TERM=VALUE, got 'mem_peak'"),
         ("--weights", "mem_peak=lots", "--weights: 'lots' is not a number (for 'mem_peak')"),
         ("--weights", "mem_peak=nan", "--weights: mem_peak=nan must be finite and non-negative"),

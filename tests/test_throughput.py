@@ -249,3 +249,34 @@ def test_solve_runs_each_pipeline_baseline_by_name():
     p = StageProblem.pipeline(g, 2, bandwidth=1e9)
     values = {m: solve(p, m, time_limit=5).objective for m in ("balance_by_time", "uniform", "parameters", "pipeline_dp")}
     assert values["pipeline_dp"] == min(values.values())
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+def test_cli_solves_the_throughput_objective_and_prints_its_figures(tmp_path, capsys):
+    from incsched.cli import main
+    from incsched.result import Result
+
+    out = tmp_path / "r.json"
+    assert main(["solve", "resnet18", "--stages", "2", "--objective", "throughput", "--bandwidth", "1e9", "--memory", "400000000",
+                 "--time-limit", "10", "-q", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    r = Result.load(out)
+    assert r.terms["stage_time_peak"] == r.objective and r.terms["throughput"] == pytest.approx(1 / r.terms["stage_time_peak_s"])
+    assert max(r.terms["stage_memory"]) <= 400_000_000
+    assert "throughput   " in text and "micro-batches/s" in text
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--objective", "throughput", "--weights", "mem_peak=1"], "--weights and --objective throughput each name an objective"),
+        (["--memory", "1000"], "--memory (parameters plus activations in flight) belongs to --objective throughput"),
+    ],
+)
+def test_cli_refuses_mixed_objectives_in_one_line(extra, message, capsys):
+    from incsched.cli import main
+
+    assert main(["solve", "resnet18", "--stages", "2", "--time-limit", "5", "-q", *extra]) != 0
+    assert message in capsys.readouterr().err
