@@ -35,7 +35,7 @@ test: $(STAMP)
 
 # The quick profile of every shipped experiment (incsched/data/experiments), each with its report
 # (tables, plots) under out/experiments/NAME-quick/report; at most 10 minutes on 2 cores.
-EXPERIMENTS := inc_ilp respect icml24 doppler hsdag fidelity
+EXPERIMENTS := inc_ilp respect icml24 doppler hsdag fidelity training
 experiments: $(STAMP)
 	@for e in $(EXPERIMENTS); do \
 		$(VENV)/bin/incsched experiment run $$e --profile quick -o out/experiments/$$e-quick && \

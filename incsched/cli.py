@@ -273,7 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("experiment", help="reproducibility experiments: run a declared config, report its rows").add_subparsers(
         title="experiment commands")
     exr = ex.add_parser("run", help="run every cell of a config (resumable); one row with its provenance per cell")
-    exr.add_argument("config", help="a shipped experiment's name (inc_ilp, respect, icml24, doppler, hsdag, fidelity) or a .toml file")
+    exr.add_argument("config", help="a shipped experiment's name (incsched experiment list) or a .toml file")
     exr.add_argument("-o", "--output", help="run folder (default out/experiments/NAME or out/experiments/NAME-PROFILE)")
     exr.add_argument("--profile", help="a profile of the config, e.g. quick")
     exr.add_argument("--engine", default="local", help="batch engine: local (processes, default) or ray")
@@ -937,6 +937,8 @@ def _experiment_run(args) -> int:
         what = row["error"] or f"{r.get('status')} {r.get('objective')} [stopped: {r.get('stop_reason')}]"
         if row.get("validation") and not row["error"]:  # an execution: what the devices measured
             what = f"measured {1e3 * row['validation']['measured']['makespan_s']:.2f} ms" + (f", {what}" if r else "")
+        if row.get("kind") == "train" and not row["error"]:
+            what = f"weights {r['weights_sha256'][:16]}, validation makespan / cpl {r['val_ratio_to_cpl']:.4f}"
         print(f"[{done}/{total}] {c['graph']} {c['instance']} {c['method']} seed {c['seed']}: {what}", file=sys.stderr)
 
     summary = run_experiment(exp, out, engine=args.engine, workers=args.workers, address=args.address,

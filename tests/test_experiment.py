@@ -133,12 +133,12 @@ def test_profile_replaces_top_level_keys(tmp_path):
     assert base.digest != quick.digest and quick.profile == "quick"
 
 
-@pytest.mark.parametrize("name", ["inc_ilp", "respect", "icml24", "doppler", "hsdag", "fidelity"])
+@pytest.mark.parametrize("name", ["inc_ilp", "respect", "icml24", "doppler", "hsdag", "fidelity", "training"])
 def test_shipped_configs_and_their_quick_profiles_check(name):
     assert name in shipped_experiments()
     for profile in (None, "quick"):
         exp = load_experiment(name, profile)
-        assert exp.name == name and (exp.methods or exp.executions)
+        assert exp.name == name and (exp.methods or exp.executions or exp.trainings)
 
 
 # ---------------------------------------------------------------------------- rows and provenance
@@ -291,3 +291,44 @@ def test_execution_cells_measure_placements_and_single_devices(tmp_path):
     text = (Path(write_report(out, plots=False)[0])).read_text()
     assert "## Executed on real devices" in text and "| resnet18 | placement on cpu,cpu | only cpu |" in text
     assert run_experiment(load_experiment(cfg), out)["reused"] == 2
+
+
+# ---------------------------------------------------------------------------- training
+
+TRAINING = """
+name = "tiny_training"
+seeds = [0]
+repeats = 2
+
+[[trainings]]
+policy = "placement"
+config = { imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2 }
+"""
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: t.replace('policy = "placement"', 'policy = "stage"'), "trainings[0].policy: only 'placement'"),
+    (lambda t: t.replace("imitation_graphs = 2", "seed = 2"), "trainings[0].config.seed: use seeds"),
+    (lambda t: t.replace("imitation_graphs = 2", "graphs = 2"), "trainings[0].config.graphs: not a PlacementTrainConfig field"),
+])
+def test_bad_training_config_names_the_key(tmp_path, edit, key):
+    cfg = tmp_path / "train.toml"
+    cfg.write_text(edit(TRAINING))
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        load_experiment(cfg)
+
+
+@pytest.mark.slow
+def test_training_repeats_byte_for_byte_on_one_machine(tmp_path):
+    cfg = tmp_path / "train.toml"
+    cfg.write_text(TRAINING)
+    out = tmp_path / "run"
+    summary = run_experiment(load_experiment(cfg), out)
+    assert (summary["solved"], summary["failed"]) == (2, 0)
+    _, rows, _ = load_run(out)
+    first, second = (r["result"] for r in rows)
+    assert first["weights_sha256"] == second["weights_sha256"] and first["epochs"] == second["epochs"]
+    assert (out / first["checkpoint"]).is_file() and first["checkpoint"] != second["checkpoint"]
+    assert first["shipped_config"] is False and first["val_ratio_to_cpl"] > 0
+    assert all("environment_variables" in r["provenance"] for r in rows)
+    assert "1 distinct checkpoint(s)" in write_report(out, plots=False)[0].read_text()

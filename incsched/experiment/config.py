@@ -28,6 +28,7 @@ __all__ = [
     "ProblemSpec",
     "MethodSpec",
     "ExecutionSpec",
+    "TrainingSpec",
     "load_experiment",
     "shipped_experiments",
     "method_kinds",
@@ -124,6 +125,17 @@ class ExecutionSpec:
 
 
 @dataclass(frozen=True)
+class TrainingSpec:
+    """Train the ``policy`` (``placement``) from each seed with ``config`` (fields of
+    `incsched.train.placement.PlacementTrainConfig` that differ from its defaults, which are the
+    shipped checkpoint's)."""
+
+    policy: str
+    label: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A checked config, its profile applied. ``digest`` is the SHA-256 of everything that
     decides its numbers (the config hash every row carries)."""
@@ -140,6 +152,7 @@ class Experiment:
     executions: tuple[ExecutionSpec, ...]
     report: dict[str, Any]
     base_dir: str
+    trainings: tuple[TrainingSpec, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -195,7 +208,7 @@ def load_experiment(name_or_path: str | Path, profile: str | None = None) -> Exp
 
 # ---------------------------------------------------------------------------- checking, key by key
 
-_TOP_KEYS = {"name", "description", "seeds", "repeats", "graphs", "problems", "methods", "executions", "report"}
+_TOP_KEYS = {"name", "description", "seeds", "repeats", "graphs", "problems", "methods", "executions", "trainings", "report"}
 
 
 def _experiment(raw: dict, src: str, profile: str | None, base_dir: str) -> Experiment:
@@ -207,9 +220,10 @@ def _experiment(raw: dict, src: str, profile: str | None, base_dir: str) -> Expe
     problems = tuple(_problem(p, f"problems[{i}]", src) for i, p in enumerate(_tables(raw.get("problems", []), "problems", src)))
     methods = tuple(_method(m, f"methods[{i}]", src) for i, m in enumerate(_tables(raw.get("methods", []), "methods", src)))
     executions = tuple(_execution(e, f"executions[{i}]", src) for i, e in enumerate(_tables(raw.get("executions", []), "executions", src)))
-    if not executions and not (graphs and problems and methods):
+    trainings = tuple(_training(t, f"trainings[{i}]", src) for i, t in enumerate(_tables(raw.get("trainings", []), "trainings", src)))
+    if not executions and not trainings and not (graphs and problems and methods):
         missing = next(k for k, v in (("graphs", graphs), ("problems", problems), ("methods", methods)) if not v)
-        raise ConfigError(f"{src}: {missing}: at least one is needed (or an [[executions]] table)")
+        raise ConfigError(f"{src}: {missing}: at least one is needed (or an [[executions]] or [[trainings]] table)")
     kinds = {p.kind for p in problems}
     for i, m in enumerate(methods):
         if not method_kinds(m.name) & kinds:
@@ -224,7 +238,7 @@ def _experiment(raw: dict, src: str, profile: str | None, base_dir: str) -> Expe
         raise ConfigError(f"{src}: report.reference: {report['reference']!r} is not a method label ({', '.join(labels)})")
     return Experiment(name=name, description=_get(raw, "description", str, "", src, default=""), source=src, profile=profile,
                       seeds=seeds, repeats=repeats, graphs=graphs, problems=problems, methods=methods,
-                      executions=executions, report=report, base_dir=base_dir)
+                      executions=executions, report=report, base_dir=base_dir, trainings=trainings)
 
 
 def _graph(t: dict, where: str, src: str) -> GraphSpec:
@@ -331,6 +345,26 @@ def _execution(t: dict, where: str, src: str) -> ExecutionSpec:
                          micro_batches=_get(t, "micro_batches", int, where, src, default=4, low=1),
                          timed_runs=_get(t, "timed_runs", int, where, src, default=3, low=1),
                          profile_runs=_get(t, "profile_runs", int, where, src, default=5, low=1))
+
+
+def _training(t: dict, where: str, src: str) -> TrainingSpec:
+    _known(t, {"policy", "label", "config"}, where, src)
+    policy = _get(t, "policy", str, where, src, required=True)
+    if policy != "placement":
+        raise ConfigError(f"{src}: {where}.policy: only 'placement' can be trained in an experiment (the stage policy's labels "
+                          f"take minutes and a cache of their own: incsched train stage), got {policy!r}")
+    config = _table(t.get("config", {}), f"{where}.config", src)
+    from ..train.placement import PlacementTrainConfig
+
+    defaults = PlacementTrainConfig().to_dict()
+    for k in config:
+        if k not in defaults or k == "seed":
+            raise ConfigError(f"{src}: {where}.config.{k}: " + ("use seeds" if k == "seed" else "not a PlacementTrainConfig field"))
+    try:
+        PlacementTrainConfig.from_dict({**defaults, **config})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{src}: {where}.config: {' '.join(str(exc).split())}") from None
+    return TrainingSpec(policy, _get(t, "label", str, where, src, default=policy), dict(config))
 
 
 def method_kinds(name: str) -> set[str]:

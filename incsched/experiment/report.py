@@ -128,6 +128,21 @@ def _markdown(meta, rows, stale, per_instance, per_method, executions, figures) 
             lines.append(f"| {e['model']} | {e['instance']} | {e['method']} | {e['seed']} | {_f(1e3 * e['predicted_s'], 2)} | "
                          f"{_f(1e3 * e['measured_s'], 2)} | {_f(e['measured_over_predicted'], 3)} | {_f(e['speedup_vs_single_device'], 3)} | "
                          f"{e['max_abs_diff']:.2g} |")
+    trained = [r for r in rows if r.get("kind") == "train"]
+    if trained:
+        digests = {(r.get("result") or {}).get("weights_sha256") for r in trained if r.get("result")}
+        lines += ["", "## Training", "", f"{len(trained)} runs, {len(digests)} distinct checkpoint(s).", "",
+                  "| policy | seed | repeat | weights sha256 | kept epoch | validation makespan / cpl | the shipped checkpoint | seconds | CPU | kernel settings |",
+                  "|---|---:|---:|---|---|---:|---|---:|---|---|"]
+        for r in trained:
+            c, res, prov = r["cell"], r.get("result") or {}, r.get("provenance") or {}
+            if r.get("error"):
+                lines.append(f"| {c['method']} | {c['seed']} | {c['repeat']} | failed: {r['error']} | | | | | | |")
+                continue
+            shipped = "same bytes" if res["shipped_weights"] else ("same config, other bytes" if res["shipped_config"] else "other config")
+            kernels = ", ".join(f"{k}={v}" for k, v in (prov.get("environment_variables") or {}).items()) or "default"
+            lines.append(f"| {c['method']} | {c['seed']} | {c['repeat']} | `{res['weights_sha256'][:16]}` | {res['selected_epoch']} | "
+                         f"{_f(res['val_ratio_to_cpl'], 4)} | {shipped} | {_f(r.get('seconds'), 1)} | {prov.get('cpu_model')} | {kernels} |")
     if figures:
         lines += ["", "## Figures", ""]
         lines += [f"![{p.stem}]({p.name})" for p in figures if p.suffix == ".png"]

@@ -201,6 +201,7 @@ def run_experiment(
         ``planned``, ``reused``, ``solved``, ``failed`` counts and ``notes``.
     """
     from .execution import execution_cells, run_execution
+    from .training import run_training, training_cells
 
     if engine not in ENGINES:  # before anything is written
         raise IncschedError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -209,9 +210,10 @@ def run_experiment(
     env = environment(argv)
     the_plan = plan(exp)
     exec_cells = execution_cells(exp)
+    train_cells = training_cells(exp)
     rows = RowLog(out / ROWS_FILE)
     done = rows.done()
-    keys = [c.key for c in the_plan.cells] + [c.key for c in exec_cells]
+    keys = [c.key for c in the_plan.cells + exec_cells + train_cells]
     write_json(out / EXPERIMENT_FILE, {"format": "incsched.experiment", "version": 1, "config": exp.to_json(), "config_hash": exp.digest,
                                        "keys": keys, "notes": the_plan.notes, "environment": env, "started": utc_now()}, indent=1)
     todo = [c for c in the_plan.cells if c.key not in done]
@@ -233,9 +235,10 @@ def run_experiment(
     for outcome in solve_many([c.task for c in todo], engine=engine, workers=workers, address=address):
         cell = by_key[outcome.task.key]
         record(_solve_row(cell, outcome, env, engine, context))
-    for cell in exec_cells:
+    # executions and trainings run in the driver, one at a time: they time or load the machine themselves
+    for cell, run in [(c, lambda c: run_execution(c, exp)) for c in exec_cells] + [(c, lambda c: run_training(c, exp, out)) for c in train_cells]:
         if cell.key not in done:
-            row = {**run_execution(cell, exp), **context}
+            row = {**run(cell), **context}
             row["provenance"] = _provenance(env, cell.labels["seed"], (row["result"] or {}).get("stop_reason"), "driver", "driver")
             record(row)
     return {**counts, "notes": the_plan.notes}
