@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bandwidth", type=float, default=1e9, help="bytes/s of a stage's sends (default 1e9)")
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--memory", type=int, help="per-stage bytes for parameters plus activations in flight (default: none)")
+    ap.add_argument("--memory-share", type=float, metavar="F",
+                    help="per-stage memory of each instance: F times the largest stage memory of balance_by_time's split "
+                         "(F < 1: a memory torchgpipe's split does not fit)")
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per inc-ilp solve")
     ap.add_argument("--measure", nargs="*", default=[], metavar="GRAPH", help="graphs whose splits also run on CPU worker processes")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per measured split")
@@ -60,26 +63,33 @@ def main(argv: list[str] | None = None) -> int:
           f"/proc/loadavg: {_loadavg()}")
     if args.compare:
         return compare(args)
-    print(f"bandwidth {args.bandwidth:g} B/s, {args.micro_batches} micro-batches, memory {args.memory or 'unbounded'}; "
+    memory = f"{args.memory_share:g} x balance_by_time's peak" if args.memory_share else args.memory or "unbounded"
+    print(f"bandwidth {args.bandwidth:g} B/s, {args.micro_batches} micro-batches, memory {memory}; "
           "time = slowest stage's compute + sends (ms), thr = micro-batches/s, mem = largest stage's parameters + activations in flight (MiB)")
     print()
     methods = ("inc-ilp", "peer", *BASELINES)
-    print("| graph | K | " + " | ".join(methods) + " | inc-ilp status | inc-ilp s |")
-    print("|---|---|" + "---|" * len(methods) + "---|---|")
+    print("| graph | K | memory MiB | " + " | ".join(methods) + " | inc-ilp status | inc-ilp s |")
+    print("|---|---|---|" + "---|" * len(methods) + "---|---|")
     splits = {}
     for name in args.graphs:
         g = load_graph(shipped_graph_path(name))
         for K in args.stages:
             p = StageProblem.pipeline(g, K, memory=args.memory, bandwidth=args.bandwidth, micro_batches=args.micro_batches)
+            if args.memory_share:
+                peak = max(evaluate_stages(p, STAGE_BASELINES["balance_by_time"](p)).stage_memory)
+                p = StageProblem.pipeline(g, K, memory=int(args.memory_share * peak), bandwidth=args.bandwidth,
+                                          micro_batches=args.micro_batches)
             started = time.perf_counter()
             r = solve(p, time_limit=args.time_limit)
             seconds = time.perf_counter() - started
-            stages = {"inc-ilp": r.stages,
+            stages = {"inc-ilp": r.stages,  # None when infeasible
                       "peer": solve(StageProblem.peer(g, K), time_limit=args.time_limit).stages}
             stages.update({m: STAGE_BASELINES[m](p).tolist() for m in BASELINES})
             splits[name, K] = (p, stages)
             cells = [_cell(p, stages[m]) for m in methods]
-            print(f"| {name} | {K} | " + " | ".join(cells) + f" | {r.status} (gap {100 * (r.gap or 0):.1f} %) | {seconds:.1f} |", flush=True)
+            cap = "none" if p.memory is None else f"{p.memory[0] / MIB:.0f}"
+            status = r.status if r.gap is None else f"{r.status} (gap {100 * r.gap:.1f} %)"
+            print(f"| {name} | {K} | {cap} | " + " | ".join(cells) + f" | {status} | {seconds:.1f} |", flush=True)
     for name in args.measure:
         for K in args.stages:
             measure(name, *splits[name, K], args)
@@ -89,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cell(p: StageProblem, stages) -> str:
     if stages is None:
-        return "none"
+        return "no split fits"
     ev = evaluate_stages(p, np.asarray(stages))
-    flag = "" if ev.feasible else " (over memory)"
+    flag = "" if ev.feasible else " **over memory**"
     return f"{1e3 * ev.stage_time_peak_s:.1f} ms, {ev.throughput:.1f}/s, {max(ev.stage_memory) / MIB:.0f} MiB{flag}"
 
 

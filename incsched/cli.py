@@ -517,7 +517,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--weights",
         help="stage: objective weights instead of the peer form, e.g. mem_peak=1,comm_total=0.001,compute_peak=1 (comm in bytes); "
-             "terms mem_peak, comm_total, comm_peak, compute_peak, spill",
+             "terms mem_peak, comm_total, comm_peak, compute_peak, spill, stage_time_peak",
     )
     p.add_argument("--capacity", type=_byte_count, help="stage: hard per-stage parameter memory in bytes")
     p.add_argument("--spill-capacity", type=_byte_count, metavar="BYTES",
