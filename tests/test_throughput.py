@@ -43,6 +43,10 @@ def pipeline_problems(draw, max_nodes: int = 7, max_stages: int = 3, memory: boo
     kwargs = {}
     if memory and draw(st.booleans()):
         kwargs["memory"] = draw(st.integers(10, 120))
+    if memory and draw(st.booleans()):
+        kwargs["capacity"] = draw(st.integers(5, 40))  # parameters alone, beside the memory
+    if draw(st.booleans()):
+        kwargs["stage_speed"] = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=K, max_size=K))
     return StageProblem.pipeline(g, K, bandwidth=draw(st.sampled_from([None, 1000.0, 2000.0])), micro_batches=M,
                                  time_unit=1e-3, **kwargs)
 
@@ -53,9 +57,10 @@ def reference(problem: StageProblem, stages: list[int]) -> tuple[list[int], list
     M = problem.micro_batches
     time = [0] * K
     memory = [0] * K
+    speed = problem.stage_speed or [1.0] * K
     for v in range(g.n_nodes):
         k = stages[v]
-        time[k] += round(float(g.time("cpu")[v]) / problem.time_unit)
+        time[k] += round(float(g.time("cpu")[v]) / speed[k] / problem.time_unit)
         memory[k] += int(g.param_bytes[v]) + min(K - k, M) * int(g.out_bytes[v])
     for u in range(g.n_nodes):
         readers = [stages[g.dst[e]] for e in range(g.n_edges) if g.src[e] == u and g.edge_bytes[e] > 0]
@@ -85,7 +90,9 @@ def test_evaluator_matches_the_written_model(problem, data):
     time, memory = reference(problem, stages)
     assert ev.stage_time.tolist() == time and ev.stage_time_peak == max(time)
     assert list(ev.stage_memory) == memory
-    assert ev.feasible == (problem.memory is None or all(m <= c for m, c in zip(memory, problem.memory)))
+    params = [sum(int(g.param_bytes[v]) for v in range(g.n_nodes) if stages[v] == k) for k in range(K)]
+    assert ev.feasible == ((problem.memory is None or all(m <= c for m, c in zip(memory, problem.memory)))
+                           and (problem.capacity is None or all(m <= c for m, c in zip(params, problem.capacity))))
     assert ev.objective == max(time) and ev.terms["stage_time_peak"] == max(time)
     assert ev.throughput == (pytest.approx(1.0 / ev.stage_time_peak_s) if ev.stage_time_peak_s > 0 else math.inf)
 
@@ -103,6 +110,19 @@ def test_cpsat_optimum_and_bound_match_brute_force(problem):
     assert ev.feasible and ev.objective == out.objective
     assert stage_lower_bound(problem) <= best
     assert stage_term_bounds(problem)["stage_time_peak"] <= best
+
+
+@given(pipeline_problems(max_nodes=6))
+@settings(max_examples=15, deadline=None)
+def test_solve_certifies_the_brute_force_optimum(problem):
+    from incsched.solve import solve
+
+    r = solve(problem, time_limit=5)
+    best = brute_force(problem)
+    if best is None:
+        assert r.status == "infeasible"
+        return
+    assert r.status == "optimal" and r.objective == best == r.lower_bound
 
 
 def test_the_send_model_on_a_diamond():
@@ -266,6 +286,16 @@ def test_cli_solves_the_throughput_objective_and_prints_its_figures(tmp_path, ca
     assert r.terms["stage_time_peak"] == r.objective and r.terms["throughput"] == pytest.approx(1 / r.terms["stage_time_peak_s"])
     assert max(r.terms["stage_memory"]) <= 400_000_000
     assert "throughput   " in text and "micro-batches/s" in text
+
+
+def test_cli_memory_objective_is_peak_parameters_alone(tmp_path):
+    from incsched.cli import main
+    from incsched.result import Result
+
+    out = tmp_path / "r.json"
+    assert main(["solve", "resnet18", "--stages", "2", "--objective", "memory", "--time-limit", "10", "-q", "--json", str(out)]) == 0
+    r = Result.load(out)
+    assert r.status == "optimal" and r.objective == r.terms["mem_peak"] and "stage_time_peak" not in r.terms
 
 
 @pytest.mark.parametrize(
