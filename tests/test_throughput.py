@@ -310,3 +310,16 @@ def test_cli_refuses_mixed_objectives_in_one_line(extra, message, capsys):
 
     assert main(["solve", "resnet18", "--stages", "2", "--time-limit", "5", "-q", *extra]) != 0
     assert message in capsys.readouterr().err
+
+
+def test_loadless_nodes_move_nothing_of_the_pipeline_model():
+    from incsched.baselines.stage_local import loadless_nodes
+
+    # a (compute) -> b (a view: no time, no parameters) -> c; b's output costs sends, a's does not.
+    g = CompGraph(["a", "b", "c", "d"], ["a", "b", "a"], ["b", "c", "d"], param_bytes=[0, 0, 0, 0], out_bytes=[0, 1000, 0, 0],
+                  edge_bytes=[0, 1000, 0], compute_time={"cpu": [1e-3, 0.0, 0.0, 0.0]})
+    free = StageProblem(g, 2, ObjectiveWeights(comm_total=1), time_unit=1e-3)
+    assert loadless_nodes(free).tolist() == [True, True, True, True]
+    timed = StageProblem.pipeline(g, 2, bandwidth=1e6, time_unit=1e-3)
+    assert loadless_nodes(timed).tolist() == [False, False, False, True]  # a computes, b sends, c reads b
+    assert loadless_nodes(StageProblem.pipeline(g, 2, memory=10**6, time_unit=1e-3)).tolist() == [False, False, True, True]

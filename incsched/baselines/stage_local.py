@@ -241,7 +241,9 @@ def loadless_nodes(problem: StageProblem) -> np.ndarray:
     With every other node fixed, the best stages of these nodes solve a linear program over
     difference constraints (`place_loadless_nodes`). A node with parameters is loadless only when no
     memory term or capacity is in play; likewise compute ticks and ``compute_peak``. Under
-    ``comm_peak`` any node with net traffic moves a boundary load, so it is never loadless.
+    ``comm_peak`` any node with net traffic moves a boundary load, so it is never loadless. Under
+    ``stage_time_peak`` a node with ticks, a value that costs sends or a reader of one is not, nor
+    under ``memory`` a node with parameters or outputs.
     """
     g, w = problem.graph, problem.weights
     units = problem.edge_comm
@@ -253,6 +255,13 @@ def loadless_nodes(problem: StageProblem) -> np.ndarray:
         out &= ~problem.node_ticks.any(axis=1)
     if w.comm_peak > 0:
         out &= net == 0
+    if w.stage_time_peak > 0:
+        sends = problem.send_ticks > 0
+        reads = np.zeros(g.n_nodes, dtype=bool)
+        reads[g.dst[problem.readers & sends[g.src]]] = True  # a reader's stage decides how far a value travels
+        out &= ~problem.node_ticks.any(axis=1) & ~sends & ~reads
+    if problem.memory is not None:
+        out &= ~problem.stage_memory_coef.any(axis=1)
     return out
 
 
