@@ -70,6 +70,15 @@ def tiny(tmp_path: Path, name: str = "tiny.toml", graph_seed: int = 3, ilp_limit
     return path
 
 
+def run_text(tmp_path: Path, text: str):
+    """Run the config ``text`` into ``tmp_path/run``: (config path, run folder, summary, rows)."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(text)
+    out = tmp_path / "run"
+    summary = run_experiment(load_experiment(cfg), out)
+    return cfg, out, summary, load_run(out)[1]
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """One run of the tiny config, shared: (config path, run folder, summary)."""
@@ -275,12 +284,8 @@ profile_runs = 1
 
 @pytest.mark.slow
 def test_execution_cells_measure_placements_and_single_devices(tmp_path):
-    cfg = tmp_path / "exec.toml"
-    cfg.write_text(EXECUTION)
-    out = tmp_path / "run"
-    summary = run_experiment(load_experiment(cfg), out)
+    cfg, out, summary, rows = run_text(tmp_path, EXECUTION)
     assert (summary["planned"], summary["solved"], summary["failed"]) == (2, 2, 0)
-    _, rows, _ = load_run(out)
     by = {r["cell"]["method"]: r for r in rows}
     assert set(by) == {"heft", "only cpu"}
     for r in rows:
@@ -320,12 +325,8 @@ def test_bad_training_config_names_the_key(tmp_path, edit, key):
 
 @pytest.mark.slow
 def test_training_repeats_byte_for_byte_on_one_machine(tmp_path):
-    cfg = tmp_path / "train.toml"
-    cfg.write_text(TRAINING)
-    out = tmp_path / "run"
-    summary = run_experiment(load_experiment(cfg), out)
+    _, out, summary, rows = run_text(tmp_path, TRAINING)
     assert (summary["solved"], summary["failed"]) == (2, 0)
-    _, rows, _ = load_run(out)
     first, second = (r["result"] for r in rows)
     assert first["weights_sha256"] == second["weights_sha256"] and first["epochs"] == second["epochs"]
     assert (out / first["checkpoint"]).is_file() and first["checkpoint"] != second["checkpoint"]

@@ -68,6 +68,8 @@ def run_training(cell: Cell, exp: Experiment, out_dir: Path) -> dict[str, Any]:
             "checkpoint": str(path.relative_to(out_dir)),
             "selected_epoch": metrics.get("selected_epoch"),
             "val_ratio_to_cpl": min(validation) if validation else None,  # the kept weights are the best on validation
+            # the teacher's labels first: when they differ, the solver changed, not the kernels
+            "labels": {k: v for k, v in (metrics.get("labels") or {}).items() if k != "seconds"},
             "epochs": [{k: v for k, v in e.items() if k != "seconds"} for e in metrics["epochs"]],
             "shipped_config": json.loads(json.dumps(config.to_dict())) == shipped.get("train_config"),
             "shipped_weights": hashlib.sha256(path.read_bytes()).hexdigest() == shipped.get("weights_sha256"),
