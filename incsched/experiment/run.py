@@ -1,5 +1,6 @@
 """Run an experiment: expand its config into cells (graph x problem x method x seed x repeat), solve
-them through the batch engine, and write one row per cell to ``DIR/rows.jsonl``.
+them through the batch engine (executions and trainings run in the driver: `execution`,
+`training`), and write one row per cell to ``DIR/rows.jsonl``.
 
 Each row carries its provenance (code, libraries, machine, load, command, config hash, seed, what
 stopped the solve) and is written atomically, so a killed run leaves whole rows only. A rerun
@@ -186,8 +187,8 @@ def run_experiment(
     exp : Experiment
         A checked config (`load_experiment`).
     out_dir : path
-        Gets ``experiment.json`` (the config, its hash, the plan's keys, the environment) and
-        ``rows.jsonl`` (one row per cell).
+        Gets ``experiment.json`` (the config, its hash, the plan's keys, the environment),
+        ``rows.jsonl`` (one row per cell) and, for trainings, ``checkpoints/``.
     engine, workers, address
         Passed to `incsched.batch.solve_many` (``"local"`` processes, or ``"ray"``).
     argv : list of str, optional
@@ -220,8 +221,8 @@ def run_experiment(
     warm_up_s = warm_up(_needs_policy(exp)) if todo and engine == "local" and (workers or 1) == 1 else None
     total = len(keys)
     counts = {"planned": total, "reused": sum(k in done for k in keys), "solved": 0, "failed": 0}
-    # warm_up_s: None when cells ran in fresh worker processes, whose first solve pays the imports
-    # cells solved at once: more than one and their timings disturb each other
+    # warm_up_s: None when cells ran in fresh worker processes, whose first solve pays the imports;
+    # cells_at_once: solve cells run together disturb each other's timings
     at_once = workers if workers is not None else (os.cpu_count() if engine == "local" else None)
     context = {"experiment": exp.name, "profile": exp.profile, "config_hash": exp.digest, "warm_up_s": warm_up_s, "cells_at_once": at_once}
 
@@ -236,11 +237,13 @@ def run_experiment(
         cell = by_key[outcome.task.key]
         record(_solve_row(cell, outcome, env, engine, context))
     # executions and trainings run in the driver, one at a time: they time or load the machine themselves
-    for cell, run in [(c, lambda c: run_execution(c, exp)) for c in exec_cells] + [(c, lambda c: run_training(c, exp, out)) for c in train_cells]:
-        if cell.key not in done:
-            row = {**run(cell), **context}
-            row["provenance"] = _provenance(env, cell.labels["seed"], (row["result"] or {}).get("stop_reason"), "driver", "driver")
-            record(row)
+    executions = {c.key for c in exec_cells}
+    for cell in exec_cells + train_cells:
+        if cell.key in done:
+            continue
+        row = {**(run_execution(cell, exp) if cell.key in executions else run_training(cell, exp, out)), **context}
+        row["provenance"] = _provenance(env, cell.labels["seed"], (row["result"] or {}).get("stop_reason"), "driver", "driver")
+        record(row)
     return {**counts, "notes": the_plan.notes}
 
 
