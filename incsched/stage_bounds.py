@@ -56,8 +56,10 @@ class Closure:
         sum is an exact integer; int64 otherwise.
         """
         # Rows, not columns, are gathered (contiguous): ancestors through the transposed copy.
+        # einsum's own loop, not BLAS: a multi-threaded BLAS on a loaded 2-core machine spun 20x
+        # slower than one thread (deep_resnet_800 K=4: 1.4 s against 0.06 s for the same products).
         m = (self.counting if descendants else self.counting_t)[members]
-        out = self.params[members].astype(m.dtype) @ m
+        out = np.einsum("i,ij->j", self.params[members].astype(m.dtype), m)
         return out if out.dtype == np.int64 else out.astype(np.int64)
 
 
