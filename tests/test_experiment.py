@@ -140,6 +140,13 @@ def test_profile_replaces_top_level_keys(tmp_path):
     base, quick = load_experiment(cfg), load_experiment(cfg, "quick")
     assert (base.seeds, quick.seeds) == ((0,), (1,))
     assert base.digest != quick.digest and quick.profile == "quick"
+    cfg.write_text(cfg.read_text() + 'methods = [{ name = "ilp", time_limit = -2 }]\nrepeat = 3\n')
+    with pytest.raises(ConfigError, match=r"profiles\.quick\.repeat: unknown key"):
+        load_experiment(cfg, "quick")
+    cfg.write_text(cfg.read_text().replace("repeat = 3", ""))
+    with pytest.raises(ConfigError, match=r"tiny\.toml: profiles\.quick\.methods\[0\]\.time_limit: must be a finite number > 0"):
+        load_experiment(cfg, "quick")
+    assert load_experiment(cfg).methods[0].time_limit == 10  # the profile's mistake is the profile's
 
 
 @pytest.mark.parametrize("name", ["inc_ilp", "respect", "icml24", "doppler", "hsdag", "fidelity", "training"])

@@ -202,8 +202,11 @@ def load_experiment(name_or_path: str | Path, profile: str | None = None) -> Exp
         bad = sorted(set(overrides) & {"name", "profiles"})
         if bad:
             raise ConfigError(f"{src}: profiles.{profile}.{bad[0]}: a profile cannot change this key")
+        _known(overrides, _TOP_KEYS, f"profiles.{profile}", src)
         raw = {**raw, **overrides}
-    return _experiment(raw, src, profile, base_dir=str(Path.cwd() if shipped else path.resolve().parent))
+    else:
+        overrides = {}
+    return _experiment(raw, src, profile, set(overrides), base_dir=str(Path.cwd() if shipped else path.resolve().parent))
 
 
 # ---------------------------------------------------------------------------- checking, key by key
@@ -211,32 +214,39 @@ def load_experiment(name_or_path: str | Path, profile: str | None = None) -> Exp
 _TOP_KEYS = {"name", "description", "seeds", "repeats", "graphs", "problems", "methods", "executions", "trainings", "report"}
 
 
-def _experiment(raw: dict, src: str, profile: str | None, base_dir: str) -> Experiment:
+def _experiment(raw: dict, src: str, profile: str | None, overridden: set[str], base_dir: str) -> Experiment:
+    def at(key: str) -> str:  # where a key's value came from: the profile's table or the top level
+        return f"profiles.{profile}.{key}" if key in overridden else key
+
+    def top(key: str) -> str:
+        return f"profiles.{profile}" if key in overridden else ""
+
     _known(raw, _TOP_KEYS, "", src)
     name = _get(raw, "name", str, "", src, required=True)
-    seeds = tuple(_ints(raw.get("seeds", [0]), "seeds", src, low=0, high=2**31 - 1))
-    repeats = _get(raw, "repeats", int, "", src, default=1, low=1)
-    graphs = tuple(_graph(g, f"graphs[{i}]", src) for i, g in enumerate(_tables(raw.get("graphs", []), "graphs", src)))
-    problems = tuple(_problem(p, f"problems[{i}]", src) for i, p in enumerate(_tables(raw.get("problems", []), "problems", src)))
-    methods = tuple(_method(m, f"methods[{i}]", src) for i, m in enumerate(_tables(raw.get("methods", []), "methods", src)))
-    executions = tuple(_execution(e, f"executions[{i}]", src) for i, e in enumerate(_tables(raw.get("executions", []), "executions", src)))
-    trainings = tuple(_training(t, f"trainings[{i}]", src) for i, t in enumerate(_tables(raw.get("trainings", []), "trainings", src)))
+    seeds = tuple(_ints(raw.get("seeds", [0]), at("seeds"), src, low=0, high=2**31 - 1))
+    repeats = _get(raw, "repeats", int, top("repeats"), src, default=1, low=1)
+
+    def each(key: str, check) -> tuple:
+        return tuple(check(t, f"{at(key)}[{i}]", src) for i, t in enumerate(_tables(raw.get(key, []), at(key), src)))
+
+    graphs, problems, methods = each("graphs", _graph), each("problems", _problem), each("methods", _method)
+    executions, trainings = each("executions", _execution), each("trainings", _training)
     if not executions and not trainings and not (graphs and problems and methods):
         missing = next(k for k, v in (("graphs", graphs), ("problems", problems), ("methods", methods)) if not v)
-        raise ConfigError(f"{src}: {missing}: at least one is needed (or an [[executions]] or [[trainings]] table)")
+        raise ConfigError(f"{src}: {at(missing)}: at least one is needed (or an [[executions]] or [[trainings]] table)")
     kinds = {p.kind for p in problems}
     for i, m in enumerate(methods):
         if not method_kinds(m.name) & kinds:
-            raise ConfigError(f"{src}: methods[{i}].name: {m.name!r} solves none of this config's problems ({', '.join(sorted(kinds))})")
+            raise ConfigError(f"{src}: {at('methods')}[{i}].name: {m.name!r} solves none of this config's problems ({', '.join(sorted(kinds))})")
     labels = [m.label for m in methods]
     dup = next((lab for lab in labels if labels.count(lab) > 1), None)
     if dup:
-        raise ConfigError(f"{src}: methods: two methods labelled {dup!r}; give one a distinct label")
-    report = _table(raw.get("report", {}), "report", src)
-    _known(report, {"reference"}, "report", src)
+        raise ConfigError(f"{src}: {at('methods')}: two methods labelled {dup!r}; give one a distinct label")
+    report = _table(raw.get("report", {}), at("report"), src)
+    _known(report, {"reference"}, at("report"), src)
     if "reference" in report and report["reference"] not in labels:
-        raise ConfigError(f"{src}: report.reference: {report['reference']!r} is not a method label ({', '.join(labels)})")
-    return Experiment(name=name, description=_get(raw, "description", str, "", src, default=""), source=src, profile=profile,
+        raise ConfigError(f"{src}: {at('report')}.reference: {report['reference']!r} is not a method label ({', '.join(labels)})")
+    return Experiment(name=name, description=_get(raw, "description", str, top("description"), src, default=""), source=src, profile=profile,
                       seeds=seeds, repeats=repeats, graphs=graphs, problems=problems, methods=methods,
                       executions=executions, report=report, base_dir=base_dir, trainings=trainings)
 
