@@ -85,7 +85,6 @@ __all__ = [
     "MAX_TOTAL_TICKS",
     "MAX_STAGES",
     "exact_number",
-    "OBJECTIVES",
 ]
 
 FORMAT = "incsched.stage_problem"
@@ -110,10 +109,6 @@ MAX_TOTAL_TICKS = 2**61
 #: more stages than nodes change no optimum (the extra stages stay empty); 10**7 stages on a
 #: 4-node graph ran for minutes past a 5 s time limit before this check.
 MAX_STAGES = 1024
-
-#: The objectives `incsched solve --objective` names: the peer form (the default), peak parameter
-#: memory alone, and pipeline throughput (`StageProblem.pipeline`).
-OBJECTIVES = ("peer", "memory", "throughput")
 
 
 def exact_number(x: int | Fraction) -> int | Fraction:
