@@ -177,19 +177,20 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
         spill = sum(max(load - cap, 0) for load, cap in zip(stage_mem.tolist(), problem.spill_capacity))
 
     # Sends: a value goes from its stage through every boundary before its last reader's stage, once.
-    data = g.edge_bytes > 0
-    last = np.full(g.n_nodes, -1, dtype=np.int64)
-    np.maximum.at(last, g.src[data], sv[data])
-    sends = np.flatnonzero(last > s)
-    send_diff = np.zeros(K + 1, dtype=np.int64)
-    np.add.at(send_diff, s[sends], problem.send_ticks[sends])
-    np.add.at(send_diff, last[sends], -problem.send_ticks[sends])
-    stage_send = np.cumsum(send_diff)[:K]  # each entry <= all sends' ticks <= 2**61: no wrap
-    stage_time = stage_compute + stage_send
-    send_s = np.zeros(K + 1)
+    # Without a bandwidth they are free (and the edges are not walked: every other problem's case).
+    stage_send, send_s = np.zeros(K, dtype=np.int64), np.zeros(K + 1)
     if problem.bandwidth is not None:
+        data = g.edge_bytes > 0
+        last = np.full(g.n_nodes, -1, dtype=np.int64)
+        np.maximum.at(last, g.src[data], sv[data])
+        sends = np.flatnonzero(last > s)
+        send_diff = np.zeros(K + 1, dtype=np.int64)
+        np.add.at(send_diff, s[sends], problem.send_ticks[sends])
+        np.add.at(send_diff, last[sends], -problem.send_ticks[sends])
+        stage_send = np.cumsum(send_diff)[:K]  # each entry <= all sends' ticks <= 2**61: no wrap
         np.add.at(send_s, s[sends], g.out_bytes[sends] / problem.bandwidth)
         np.add.at(send_s, last[sends], -g.out_bytes[sends] / problem.bandwidth)
+    stage_time = stage_compute + stage_send
     stage_time_s = stage_compute_s + np.maximum(np.cumsum(send_s)[:K], 0.0)
     acts = np.zeros(K, dtype=np.int64)
     np.add.at(acts, s, g.out_bytes)
