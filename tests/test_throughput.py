@@ -323,3 +323,18 @@ def test_loadless_nodes_move_nothing_of_the_pipeline_model():
     timed = StageProblem.pipeline(g, 2, bandwidth=1e6, time_unit=1e-3)
     assert loadless_nodes(timed).tolist() == [False, False, False, True]  # a computes, b sends, c reads b
     assert loadless_nodes(StageProblem.pipeline(g, 2, memory=10**6, time_unit=1e-3)).tolist() == [False, False, True, True]
+
+
+def test_a_hint_of_the_optimum_is_complete_and_kept():
+    # Every variable hinted (sends included) from an optimal split: CP-SAT starts from it.
+    from incsched.solvers.cpsat.stage import _StageModel
+
+    g = CompGraph.load("incsched/data/graphs/resnet18.json.gz")
+    p = StageProblem.pipeline(g, 3, bandwidth=1e9, memory=10**8)
+    out = solve_stage(p, FAST)
+    model = _StageModel(p, p.allowed_stages(), p.weights.scaled()[0])
+    model.add_hint(out.assignment)
+    hinted = {h for h in model.model.Proto().solution_hint.vars}
+    assert model.sends and all(v.Index() in hinted for v in model.sends.values())
+    again = solve_stage(p, FAST, hint=out.assignment)
+    assert again.status == "optimal" and again.objective == out.objective

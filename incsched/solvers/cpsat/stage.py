@@ -433,6 +433,7 @@ class _StageModel:
         for u, v in zip(g.src[data].tolist(), g.dst[data].tolist()):
             reads.setdefault(u, []).append(v)
         loads = [self._stage_sum(ticks, k) for k in range(K)]
+        self.sends: dict[tuple[int, int], cp_model.IntVar] = {}  # hinted with the stages
         for u in np.flatnonzero(self._senders()).tolist():
             for k in range(K - 1):
                 later = [self._at_or_after(v, k + 1) for v in reads[u]]
@@ -445,6 +446,7 @@ class _StageModel:
                 self.model.Add(send <= sum(later))
                 for b in later:
                     self.model.Add(send >= b - moved)
+                self.sends[u, k] = send
                 loads[k] += int(send_ticks[u]) * send
         floor = 0
         if self.problem.stage_speed is None or len(set(self.problem.stage_speed)) == 1:
@@ -534,10 +536,11 @@ class _StageModel:
             "comm_peak": max(boundary, default=0),
         }
         if self.use_stage_time:
-            # Send Booleans are left to CP-SAT (the stages fix them); the stage times are hinted.
             data = self.problem.readers
             last = np.full(g.n_nodes, -1, dtype=np.int64)
             np.maximum.at(last, g.src[data], stages[g.dst[data]])
+            for (u, k), var in self.sends.items():
+                self.model.AddHint(var, int(stages[u] <= k < last[u]))
             stage_time = ticks.copy()
             for u in np.flatnonzero(last > stages).tolist():
                 stage_time[stages[u]:last[u]] += int(self.problem.send_ticks[u])
