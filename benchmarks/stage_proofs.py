@@ -12,7 +12,7 @@ convolutions), peer objective (``alpha`` 1 by default, one unit per data-carryin
 boundary). Interleaved instance by instance (which runs first alternates); every answer of both
 is priced by the independent evaluator and the objectives compared.
 
-    python benchmarks/stage_proofs.py                    # everything (about 15 min on 2 busy cores)
+    python benchmarks/stage_proofs.py --time-limit 120   # all 48 instances (about 5 min at load 4-6)
     python benchmarks/stage_proofs.py --quick            # a 10-instance subset
     python benchmarks/stage_proofs.py --only resnet50 --ks 6 --profile   # inc-ilp's phases per instance
 
@@ -47,7 +47,7 @@ SHIPPED = REPO / "incsched" / "data" / "graphs"
 SHIPPED_NAMES = ("bert_base", "densenet121", "efficientnet_b0", "gpt2", "inception_v3", "mobilenet_v3_large",
                  "resnet18", "resnet50", "vgg16", "vit_b_16")
 KS = (2, 4, 6, 8)
-#: Generated graphs: name -> (builder, K values).
+#: The `--quick` subset.
 QUICK = ("resnet18 K=4", "resnet50 K=6", "inception_v3 K=6", "densenet121 K=4", "vgg16 K=8", "gpt2 K=6",
          "efficientnet_b0 K=8", "deep_resnet_300 K=6", "inception_like_400 K=6", "mobilenet_v3_large K=6")
 
@@ -118,6 +118,7 @@ def inception_like(n_nodes: int) -> CompGraph:
     return net.graph()
 
 
+#: Generated graphs: name -> (builder, K values).
 GENERATED = {
     "deep_resnet_300": (lambda: deep_resnet(300), (4, 6)),
     "deep_resnet_800": (lambda: deep_resnet(800), (4, 6)),
