@@ -1,17 +1,24 @@
 """Inc-ILP on the stage problem: incumbent -> windows that widen (or bands) -> full model -> proof.
 
     run(ctx, method)
+      proof first (graphs up to MAX_CLOSURE_NODES)
+        DP incumbent + Reduction           the precedence bound (incsched.stage_bounds): done
+                                           when it meets the DP's answer, else the reduced full
+                                           model on a short budget
       portfolio incumbent                  best of the policy and the baselines (incumbent.py)
       windows(ctx, radius)                 stages [s - r, s + r] around the best, solved exactly;
                                            re-centred on every improvement, r doubled while the
                                            optimum moves or touches the window's edge
-      or bands(ctx)                        models too large for one window: two adjacent stages
-                                           at a time, until a whole cycle brings nothing
+      or bands(ctx)                        models whose reduction leaves too many node-stage pairs
+                                           open: two adjacent stages at a time, until a whole
+                                           cycle brings nothing
       prove(ctx)                           the full model, hinted by the best, all that is left
 
 Every model solved after the incumbent carries the *objective window* (`objective_window`): a
 stage-memory cap that only answers worse than the best can exceed, so each optimum found is also
-a global statement. Every answer passes the independent evaluator before it is kept.
+a global statement; with a `Reduction`, also the precedence cap and each node's stage range,
+which every answer as good as the best keeps. Every answer passes the independent evaluator
+before it is kept.
 """
 
 from __future__ import annotations
