@@ -500,9 +500,11 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
     import time
     from dataclasses import replace
 
+    from incsched.solvers.cpsat.params import wall_cap
     from incsched.solvers.cpsat.placement_bounds import window_bound
 
     started = time.perf_counter()
+    clock = started + (wall_cap(settings) if settings.deterministic else settings.time_limit)  # the user's clock
     capped = [False]
     spent = [0.0]  # of settings.time_limit: deterministic seconds in deterministic mode, else wall
     work = [0.0]  # CP-SAT deterministic seconds
@@ -512,6 +514,9 @@ def placement_bound_cpsat(problem: PlacementProblem, settings) -> tuple[int, dic
         key = p.signature()
         if key in memo:
             return memo[key]
+        if time.perf_counter() >= clock:
+            capped[0] = True  # the clock, not the budget, left this part with its trivial bound
+            return p.lower_bound_ticks()
         left = settings.time_limit - (spent[0] if settings.deterministic else time.perf_counter() - started)
         limit = max(1e-3, min(share, left))
         h = energetic_heads(p, transfer_heads(p))
