@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import math
+import signal
 
 import pytest
 import torch
 
 from incsched.capture import capture
 from incsched.capture.zoo import build
+
+
+@pytest.fixture(autouse=True, scope="session")
+def ctrl_c_reaches_the_tests():
+    """Let the Ctrl-C tests deliver SIGINT even when pytest was started with it ignored.
+
+    A shell starts background jobs with SIGINT ignored, Python then installs no handler, and every
+    child process inherits the ignoring: the tests that press Ctrl-C on `solve()`, `incsched solve`
+    and `incsched batch` would wait out their timeouts (seen when `.ci/run` ran as `cmd &`). A
+    Python handler here is reset to the default at each child's exec, so the children get one too.
+    """
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class Block(torch.nn.Module):
