@@ -127,17 +127,25 @@ def best_split_of_order(
         b = _bottleneck(load)
         return sorted({b + (b * f) // 1000 for f in factors} | set(extra)) + ([None] if uncapped else [])
 
-    best, best_key = None, ()
-    for mem_cap in caps(mem, w.mem_peak, mem_factors, extra_mem_caps):
-        for time_cap in caps(ticks, w.compute_peak, time_factors):
-            cuts = _dp_cuts(problem, order, mem, ticks, mem_cap, time_cap)
-            if cuts is None:
-                continue
-            stages = _positions_to_stages(order, cuts)
-            ev = evaluate_stages(problem, stages)
-            key = (not ev.feasible, ev.objective)
-            if best is None or key < best_key:
-                best, best_key = stages, key
+    splits = (_dp_cuts(problem, order, mem, ticks, mem_cap, time_cap)
+              for mem_cap in caps(mem, w.mem_peak, mem_factors, extra_mem_caps)
+              for time_cap in caps(ticks, w.compute_peak, time_factors))
+    best, best_key = _best_split(problem, ((order, cuts) for cuts in splits))
+    return best, (best_key if best is not None else ())
+
+
+def _best_split(problem: StageProblem, candidates) -> tuple[np.ndarray | None, tuple | None]:
+    """The best of ``(order, cuts)`` candidates by the evaluator (feasible first, then objective;
+    ties keep the earlier); ``cuts`` None is skipped. Returns the stages and their key."""
+    best, best_key = None, None
+    for order, cuts in candidates:
+        if cuts is None:
+            continue
+        stages = _positions_to_stages(order, cuts)
+        ev = evaluate_stages(problem, stages)
+        key = (not ev.feasible, ev.objective)
+        if best is None or key < best_key:
+            best, best_key = stages, key
     return best, best_key
 
 
@@ -200,16 +208,8 @@ def pipeline_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
     g = problem.graph
     if problem.n_stages == 1 or g.n_nodes == 0:
         return np.zeros(g.n_nodes, dtype=np.int64)
-    best, best_key = None, None
-    for order in (g.topological_order(), g.topological_order(depth_first=True)):
-        cuts = _least_peak_cuts(problem, order)
-        if cuts is None:
-            continue
-        stages = _positions_to_stages(order, cuts)
-        ev = evaluate_stages(problem, stages)
-        key = (not ev.feasible, ev.objective)
-        if best_key is None or key < best_key:
-            best, best_key = stages, key
+    orders = (g.topological_order(), g.topological_order(depth_first=True))
+    best, _ = _best_split(problem, ((order, _least_peak_cuts(problem, order)) for order in orders))
     return balance_by_time(problem, seed) if best is None else best
 
 

@@ -331,14 +331,16 @@ def rounds(ctx: Context) -> None:
     done = misses = 0
     while _open(ctx):
         improved = False
-        for name, free, devices in _neighbourhoods(ctx, _executed(ctx)):
+        # One pass around one best placement (an improvement ends the pass): its schedule and
+        # start ranges hold for every round of the pass.
+        sched = _executed(ctx)
+        lo, hi = start_window(sched.start, max(int(ROUND_SLACK * ctx.best_value), 1))
+        for name, free, devices in _neighbourhoods(ctx, sched):
             if not _open(ctx):
                 return
             if spent + per_round > share:
                 ctx.record("rounds", rounds=done, note="their share of the budget is spent")
                 return
-            sched = _executed(ctx)
-            lo, hi = start_window(sched.start, max(int(ROUND_SLACK * ctx.best_value), 1))
             window = PlacementWindow(free_in(p, ctx.best.device, free, devices), lo, hi)
             with ctx.timed("rounds"):
                 out = solve_cpsat(p, ctx.settings(per_round), window=window, hint=ctx.best)
