@@ -70,6 +70,39 @@ def test_sigint_stops_the_cli_which_writes_its_result_and_exits_130(big_stage, t
     assert evaluate_stages(big_stage, saved["stages"]).objective == saved["objective"]
 
 
+_SIGINT_WHILE_COMPILING = """
+import os, signal, sys, threading, time
+from incsched.generators import icml24_like
+from incsched.problems import PlacementProblem, StageProblem
+from incsched.solve import solve
+
+def interrupt_the_compiler():  # Ctrl-C a moment into the first decode (numba's import, its compile)
+    while not any(t.name.startswith("compile ") for t in threading.enumerate()):
+        time.sleep(0.005)
+    time.sleep(float(sys.argv[2]))
+    os.kill(os.getpid(), signal.SIGINT)
+
+g = icml24_like(120, seed=3)
+problem = StageProblem.peer(g, n_stages=4) if sys.argv[1] == "stage" else PlacementProblem.identical(g, 4, bandwidth=1e9)
+threading.Thread(target=interrupt_the_compiler, daemon=True).start()
+first = solve(problem, "rl", time_limit=60)
+again = solve(problem, "rl", time_limit=60)  # the compile finished behind the interrupted call
+print(first.stop_reason, again.stop_reason, again.status)
+"""
+
+
+@pytest.mark.parametrize("kind, delay", [("stage", 0.02), ("placement", 0.3)])
+def test_sigint_while_the_policy_compiles_interrupts_cleanly(kind, delay, tmp_path):
+    # A cold numba cache makes the first decode compile for a second or more; a Ctrl-C landing
+    # inside llvmlite's callbacks used to leave numba half-built and fail the solve.
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", _SIGINT_WHILE_COMPILING, kind, str(delay)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["interrupted", "done", "feasible"], proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("limit", [1.0, 3.0])
 def test_the_clock_holds_in_deterministic_mode(big_stage, limit):
     started = time.perf_counter()

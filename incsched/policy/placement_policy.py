@@ -22,6 +22,7 @@ from torch import nn
 from ..baselines.placement import mean_costs
 from ..problems import Placement, PlacementError, PlacementProblem
 from .checkpoint import FORMAT, MODELS_DIR, VERSION, PolicyKind, load_policy, register_policy, save_checkpoint
+from .compiled import call_compiled
 from .encoder import GraphEncoder
 from .features import (
     EDGE_FEATURES,
@@ -615,7 +616,6 @@ def decode_rows(
     PlacementError
         As `decode`: some node's parameters fit only some devices.
     """
-    from .placement_kernel import decode_rows as kernel  # numba: imported (and compiled) at the first decode
 
     greedy = np.asarray(greedy, dtype=np.bool_).reshape(-1)
     if not greedy.all() and rng is None:
@@ -628,8 +628,8 @@ def decode_rows(
     in_total = np.bincount(g.dst, weights=edge_cost, minlength=n) if g.n_edges else np.zeros(n)
     seeds = rng.integers(0, 2**64, size=len(greedy), dtype=np.uint64) if rng is not None else np.zeros(len(greedy), np.uint64)
     i64 = np.int64
-    device, start, seq, makespan = kernel(
-        g.pred_ptr.astype(i64), g.pred_idx.astype(i64), g.pred_edge.astype(i64), g.succ_ptr.astype(i64),
+    device, start, seq, makespan = call_compiled(  # numba: imported and compiled at the first decode
+        "incsched.policy.placement_kernel:decode_rows", g.pred_ptr.astype(i64), g.pred_idx.astype(i64), g.pred_edge.astype(i64), g.succ_ptr.astype(i64),
         g.succ_idx.astype(i64), g.in_degree.astype(i64), np.flatnonzero(g.in_degree == 0).astype(i64),
         problem.durations().astype(np.float64), problem.transfer_ticks().astype(np.float64),
         edge_cost.astype(np.float64), in_total.astype(np.float64), 1.0 / unit,

@@ -41,6 +41,7 @@ from ..baselines.stage import best_split_of_order, contiguous_params
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 from .checkpoint import MODELS_DIR, PolicyKind, load_policy, register_policy, save_checkpoint
+from .compiled import call_compiled
 from .encoder import GraphEncoder
 from .features import EDGE_FEATURES, N_OP_BUCKETS, NODE_FEATURES, edge_features, edge_index, node_features
 from .sampling import default_samples
@@ -410,7 +411,6 @@ class StagePolicy(nn.Module):
     def _decode_rows(self, problem: StageProblem, gt: GraphTensors | None, greedy: np.ndarray,
                      rng: np.random.Generator | None, temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Run `stage_kernel.decode_rows`: one row per entry of ``greedy`` (sampled rows draw from ``rng``)."""
-        from .stage_kernel import decode_rows  # numba: imported (and compiled) at the first decode, not with the policy
 
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
@@ -422,8 +422,8 @@ class StagePolicy(nn.Module):
         # depend on the path a row takes.
         uniforms = rng.random((len(greedy), g.n_nodes)) if n_sampled else np.zeros((len(greedy), 0))
         cap = problem.capacity_array()
-        return decode_rows(
-            gt.order.astype(np.int64), g.pred_ptr.astype(np.int64), g.pred_idx.astype(np.int64), g.pred_edge.astype(np.int64),
+        return call_compiled(  # numba: imported and compiled at the first decode, not with the policy
+            "incsched.policy.stage_kernel:decode_rows", gt.order.astype(np.int64), g.pred_ptr.astype(np.int64), g.pred_idx.astype(np.int64), g.pred_edge.astype(np.int64),
             gt.units, gt.params, np.zeros(problem.n_stages) if cap is None else np.asarray(cap, dtype=np.float64), cap is not None,
             hp.node_base, hp.stage_rows, hp.load_coef, hp.b_room, hp.b_fits, hp.b_rise, hp.b_min, hp.ks_cross, hp.B_dyn, hp.w,
             hp.T, hp.P, hp.target, greedy, uniforms, 1.0 / temperature,
