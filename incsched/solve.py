@@ -175,6 +175,8 @@ def _certify(ctx: Context, kind: str, method: str) -> Result:
     objective, status, reason = None, "unknown", None
     if ctx.infeasible_reason is not None and ctx.best is None:
         status, reason = "infeasible", ctx.infeasible_reason
+    elif ctx.best is None and method not in METHODS and ctx.stop.reason is not None:
+        reason = f"{method} did not finish before the run stopped ({ctx.stop.reason})"
     elif ctx.best is None and method not in METHODS:
         reason = f"{method}'s answer breaks a hard constraint (a capacity or a device's memory)"
     elif ctx.best is None:

@@ -5,15 +5,16 @@ numba's cache: one to a few seconds. A Ctrl-C in that time used to break the pro
 KeyboardInterrupt inside numba's import leaves it half-imported, and one inside llvmlite's ctypes
 callbacks is ignored and leaves a half-built library ("no compiled object yet"), so the solve
 failed instead of returning its best answer, and later solves failed too. The first call
-therefore runs in a helper thread, which never receives signals, while the main thread waits on it
-and stays interruptible. An interrupted first call finishes in the background; a later call waits
-for it on the import lock or numba's compiler lock. Every later call runs directly.
+therefore runs in a helper thread (`run_in_helper`); an interrupted one finishes in the
+background, and a later call waits for it on the import lock or numba's compiler lock. Every later
+call runs directly.
 """
 
 from __future__ import annotations
 
 import importlib
-import threading
+
+from ..helper_thread import run_in_helper
 
 __all__ = ["call_compiled"]
 
@@ -28,21 +29,12 @@ def call_compiled(kernel: str, *args):
     ready = _ready.get(kernel)
     if ready is not None:
         return ready(*args)
-    outcome: dict = {}
 
-    def first_call() -> None:
-        try:
-            module, name = kernel.split(":")
-            function = getattr(importlib.import_module(module), name)
-            outcome["value"] = function(*args)
-            _ready[kernel] = function
-        except BaseException as exc:  # handed to the caller below, as if raised there
-            outcome["error"] = exc
+    def first_call():
+        module, name = kernel.split(":")
+        function = getattr(importlib.import_module(module), name)
+        value = function(*args)
+        _ready[kernel] = function
+        return value
 
-    # A daemon thread: an interrupted program exits without waiting for the compiler.
-    helper = threading.Thread(target=first_call, name=f"compile {kernel}", daemon=True)
-    helper.start()
-    helper.join()  # a Ctrl-C raises KeyboardInterrupt here, in the main thread
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    return run_in_helper(first_call, f"compile {kernel}")
