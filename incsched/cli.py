@@ -193,12 +193,6 @@ def _parser() -> argparse.ArgumentParser:
     sol = sub.add_parser("solve", help="solve a stage or placement problem and print the certified result")
     sol.add_argument("graph", help="graph file (.json, .json.gz, .gml)")
     _add_problem_args(sol)
-    sol.add_argument("--objective", choices=("peer", "memory", "throughput"), default="peer",
-                     help="stage: peer (alpha * mem_peak + crossed edges, or --weights; the default), memory (mem_peak alone), or "
-                          "throughput (the slowest stage's compute plus sends, under --memory: StageProblem.pipeline)")
-    sol.add_argument("--memory", type=_byte_count, metavar="BYTES",
-                     help="--objective throughput: per-stage bytes for parameters plus the activations 1F1B keeps in flight")
-    sol.add_argument("--micro-batches", type=_count, default=4, help="--objective throughput: micro-batches per run (default 4)")
     sol.add_argument("--json", metavar="OUT", help="write the result as JSON (atomically); '-' writes it to stdout and the summary to stderr")
     sol.set_defaults(run=_solve)
 
@@ -267,7 +261,8 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
     tr.add_argument("policy", choices=["stage", "placement"])
-    tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out incsched/data/models/stage_policy.pt")
+    tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out incsched/data/models/stage_policy.pt; "
+                    "--kernels native|avx2|portable trains in a child process under those CPU kernels")
     tr.set_defaults(run=_train)
 
     ex = sub.add_parser("experiment", help="reproducibility experiments: run a declared config, report its rows").add_subparsers(
@@ -519,6 +514,12 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
         help="stage: objective weights instead of the peer form, e.g. mem_peak=1,comm_total=0.001,compute_peak=1 (comm in bytes); "
              "terms mem_peak, comm_total, comm_peak, compute_peak, spill, stage_time_peak",
     )
+    p.add_argument("--objective", choices=("peer", "memory", "throughput"), default="peer",
+                   help="stage: peer (alpha * mem_peak + crossed edges, or --weights; the default), memory (mem_peak alone), or "
+                        "throughput (the slowest stage's compute plus sends, under --memory: StageProblem.pipeline)")
+    p.add_argument("--memory", type=_byte_count, metavar="BYTES",
+                   help="--objective throughput: per-stage bytes for parameters plus the activations 1F1B keeps in flight")
+    p.add_argument("--micro-batches", type=_count, default=4, help="--objective throughput: micro-batches per run (default 4)")
     p.add_argument("--capacity", type=_byte_count, help="stage: hard per-stage parameter memory in bytes")
     p.add_argument("--spill-capacity", type=_byte_count, metavar="BYTES",
                    help="stage: per-stage memory beyond which parameters spill (needed by the spill term of --weights)")
@@ -658,6 +659,10 @@ def _recipe(args):
         weights = _parse_weights(args.weights) if args.weights is not None else None
         if weights and weights.get("spill", 0) > 0 and args.spill_capacity is None:
             raise IncschedError("--weights: the spill term needs --spill-capacity BYTES (per-stage memory beyond which parameters spill)")
+        if args.objective != "throughput" and args.memory is not None:
+            raise IncschedError("--memory (parameters plus activations in flight) belongs to --objective throughput; --capacity bounds parameters")
+        if args.objective != "peer" and weights is not None:
+            raise IncschedError(f"--weights and --objective {args.objective} each name an objective; give one")
         return ProblemRecipe(
             "stage",
             n_stages=args.stages,
@@ -666,9 +671,15 @@ def _recipe(args):
             capacity=args.capacity,
             spill_capacity=args.spill_capacity,
             device_kind=args.kind,
+            objective=args.objective,
+            memory=args.memory,
+            micro_batches=args.micro_batches,
+            bandwidth=args.bandwidth if args.objective == "throughput" else None,
         )
     if args.spill_capacity is not None:
         raise IncschedError("--spill-capacity belongs to stage problems (--stages K)")
+    if args.objective != "peer" or args.memory is not None:
+        raise IncschedError("--objective and --memory belong to stage problems (--stages K)")
     if args.links:
         devices, links = _read_links(args.links)
         return ProblemRecipe("placement", devices=devices, links=links)
@@ -751,31 +762,11 @@ def _parse_weights(text: str) -> dict[str, int | float]:
     return out
 
 
-def _objective_problem(args, graph):
-    """The stage problem ``--objective memory|throughput`` names, or None for the recipe's (peer form or --weights)."""
-    from .problems.stage import ObjectiveWeights, StageProblem
-
-    if args.stages is None:
-        if args.objective != "peer" or args.memory is not None:
-            raise IncschedError("--objective and --memory belong to stage problems (--stages K)")
-        return None
-    if args.objective != "throughput" and args.memory is not None:
-        raise IncschedError("--memory (parameters plus activations in flight) belongs to --objective throughput; --capacity bounds parameters")
-    if args.objective == "peer":
-        return None
-    if args.weights is not None:
-        raise IncschedError(f"--weights and --objective {args.objective} each name an objective; give one")
-    if args.objective == "memory":
-        return StageProblem(graph, args.stages, ObjectiveWeights(mem_peak=1), capacity=args.capacity, device_kind=args.kind)
-    return StageProblem.pipeline(graph, args.stages, memory=args.memory, bandwidth=args.bandwidth, micro_batches=args.micro_batches,
-                                 capacity=args.capacity, device_kind=args.kind)
-
-
 def _solve(args) -> int:
     from .solve import solve
 
     graph = _read_graph(args.graph, None)
-    problem = _objective_problem(args, graph) or _recipe(args).build(graph)
+    problem = _recipe(args).build(graph)
     live = not args.quiet and sys.stderr.isatty()
     result = solve(problem, **_solve_kwargs(args, counted_from_start=True), on_progress=_progress_line if live else None)
     if live:
@@ -938,7 +929,7 @@ def _experiment_run(args) -> int:
         if row.get("validation") and not row["error"]:  # an execution: what the devices measured
             what = f"measured {1e3 * row['validation']['measured']['makespan_s']:.2f} ms" + (f", {what}" if r else "")
         if row.get("kind") == "train" and not row["error"]:
-            what = f"weights {r['weights_sha256'][:16]}, validation makespan / cpl {r['val_ratio_to_cpl']:.4f}"
+            what = f"weights {r['weights_sha256'][:16]} ({c['kernels']} kernels), {r['validation_metric']} {r['validation']:.4f}"
         print(f"[{done}/{total}] {c['graph']} {c['instance']} {c['method']} seed {c['seed']}: {what}", file=sys.stderr)
 
     summary = run_experiment(exp, out, engine=args.engine, workers=args.workers, address=args.address,

@@ -107,6 +107,38 @@ def test_another_recipe_or_setting_solves_again(two_graphs, tmp_path):
         assert set(_outcomes(run_batch(files, out, recipe, **kwargs)).values()) == {"skipped"}, (recipe, kwargs)
 
 
+def test_the_objective_is_part_of_the_recipe_and_its_key(two_graphs, tmp_path, capsys):
+    out = tmp_path / "out"
+    files = graph_files(two_graphs)
+    peer = ProblemRecipe("stage", n_stages=2)
+    run_batch(files, out, peer, time_limit=5)
+    memory = ProblemRecipe("stage", n_stages=2, objective="memory")
+    throughput = ProblemRecipe("stage", n_stages=2, objective="throughput", bandwidth=1e6, memory=10**6, micro_batches=2)
+    for recipe in (memory, throughput):
+        items = run_batch(files, out, recipe, time_limit=5)
+        assert set(_outcomes(items).values()) == {"solved"}, recipe
+        r = Result.load(items[0].result_file)
+        assert r.objective == r.terms["mem_peak" if recipe is memory else "stage_time_peak"]
+    # The CLI's flags make the same recipe: stored, so skipped.
+    assert main(["batch", str(two_graphs), "-o", str(out), "--stages", "2", "--objective", "throughput", "--bandwidth", "1e6",
+                 "--memory", "1000000", "--micro-batches", "2", "--time-limit", "5", "-q"]) == 0
+    assert "0 solved, 2 already done" in capsys.readouterr().out
+    # A peer recipe keys as it did before the objective fields existed: stored peer results stay valid.
+    g = load_graph(two_graphs / "g1.json")
+    before = {k: v for k, v in dataclasses.asdict(peer).items() if k not in ("objective", "memory", "micro_batches")}
+    assert batch_key(g, peer, {}) == batch_key(g, _FrozenRecipe(before), {})
+
+
+class _FrozenRecipe:
+    """A recipe as it was serialised before the objective fields existed."""
+
+    def __init__(self, fields):
+        self.fields = fields
+
+    def to_dict(self):
+        return dict(self.fields)
+
+
 def test_an_edited_graph_solves_again(two_graphs, tmp_path):
     out = tmp_path / "out"
     recipe = ProblemRecipe("stage", n_stages=2)

@@ -31,9 +31,10 @@ class ProblemRecipe:
     """How to turn any graph into a problem: picklable, so batch workers can rebuild it.
 
     ``kind`` is ``"stage"`` (``n_stages``, ``alpha`` or ``weights``, ``capacity``,
-    ``spill_capacity``) or ``"placement"`` (``n_devices``, ``bandwidth``, ``latency``, or measured
-    ``devices`` and ``links`` as ``incsched profile --links`` writes them); ``device_kind`` picks
-    node times.
+    ``spill_capacity``; ``objective`` ``"memory"`` for mem_peak alone, or ``"throughput"`` for
+    `StageProblem.pipeline` with ``memory``, ``bandwidth`` and ``micro_batches``) or
+    ``"placement"`` (``n_devices``, ``bandwidth``, ``latency``, or measured ``devices`` and
+    ``links`` as ``incsched profile --links`` writes them); ``device_kind`` picks node times.
     """
 
     kind: str
@@ -48,10 +49,20 @@ class ProblemRecipe:
     devices: list[dict[str, Any]] | None = None  # measured devices and links (incsched profile --links)
     links: dict[str, Any] | None = None
     spill_capacity: int | None = None
+    objective: str = "peer"  # stage: "peer" (alpha or weights), "memory" or "throughput"
+    memory: int | None = None  # throughput: per-stage parameters plus the activations 1F1B keeps
+    micro_batches: int = 4  # throughput: micro-batches per run
 
     def build(self, graph):
         from ..problems import ObjectiveWeights, PlacementProblem, StageProblem
 
+        if self.kind == "stage" and self.objective == "memory":
+            return StageProblem(graph, self.n_stages, ObjectiveWeights(mem_peak=1), capacity=self.capacity, device_kind=self.device_kind)
+        if self.kind == "stage" and self.objective == "throughput":
+            return StageProblem.pipeline(graph, self.n_stages, memory=self.memory, bandwidth=self.bandwidth, micro_batches=self.micro_batches,
+                                         capacity=self.capacity, device_kind=self.device_kind)
+        if self.kind == "stage" and self.objective != "peer":
+            raise ValueError(f"recipe objective must be 'peer', 'memory' or 'throughput', got {self.objective!r}")
         if self.kind == "stage":
             extra = {"spill_capacity": self.spill_capacity} if self.spill_capacity is not None else {}
             if self.weights:
@@ -71,6 +82,11 @@ class ProblemRecipe:
         return dataclasses.asdict(self)
 
 
+#: Recipe fields added after batches were first keyed, with their defaults: left out of the key
+#: at those defaults, so that results stored before (every peer-objective batch) are not solved again.
+_LATER_FIELDS = {"objective": "peer", "memory": None, "micro_batches": 4}
+
+
 def batch_key(graph, recipe: ProblemRecipe, solve_kwargs: dict[str, Any]) -> str:
     """The SHA-256 of what a batch result depends on: the graph's content (every node and edge
     attribute, whatever file format it came in), the recipe, the solve settings and incsched's
@@ -84,7 +100,7 @@ def batch_key(graph, recipe: ProblemRecipe, solve_kwargs: dict[str, Any]) -> str
     settings = {k: v for k, v in sorted(settings.items()) if v is None or isinstance(v, (str, int, float, bool))}
     record = {
         "graph_sha256": hashlib.sha256(json_bytes(content)).hexdigest(),
-        "recipe": _canonical(recipe.to_dict()),
+        "recipe": _canonical({k: v for k, v in recipe.to_dict().items() if k not in _LATER_FIELDS or v != _LATER_FIELDS[k]}),
         "solve": _canonical(settings),
         "incsched": __version__,
     }
