@@ -212,6 +212,8 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--result", required=True, help="result JSON written by incsched solve --json")
     val.add_argument("--devices", help="torch devices, one per stage or device, e.g. cuda:0,cpu (default: cpu for each)")
     val.add_argument("--graph", help="graph file whose node times predict (default: profile them on --devices first)")
+    val.add_argument("--granularity", type=_granularity,
+                     help="the result's nodes: op | layer | module:DEPTH, as captured (default: the --graph file's, else op)")
     val.add_argument("--micro-batches", type=_count, default=4, help="stage results: micro-batches in the pipeline")
     val.add_argument("--repeats", type=_count, default=3, help="timed runs (median reported) after one warm-up")
     val.add_argument("--runtime", choices=["threads", "processes", "pipelining"], default="threads",
@@ -320,13 +322,17 @@ def _validate(args) -> int:
     _check_assignment(result, args.result, n_parts=len(devices) if devices else None, names=timed.names if timed else None)
     devices = devices or default_devices(result)
     loaded = _load_model(args)
-    captured = capture(loaded.model, loaded.example_inputs, name=loaded.name)
+    granularity = args.granularity or (timed.meta.get("granularity") if timed is not None else None) or "op"
+    captured = capture(loaded.model, loaded.example_inputs, name=loaded.name, granularity=granularity)
+    if timed is None and len(result.assignment or ()) not in (0, captured.graph.n_nodes):
+        raise IncschedError(f"{args.result}: {len(result.assignment)} nodes, but {loaded.name} captured at granularity {granularity} "
+                            f"has {captured.graph.n_nodes}: a result for another model, or one solved at another --granularity")
     if timed is None:  # node times on every device kind of the run, the CPU's with its workers' threads
         graph, _ = profile_devices(captured, devices, repeats=5, warmup=2)
         captured = dataclasses.replace(captured, graph=graph)
     else:
         if timed.structure_digest() != captured.graph.structure_digest():
-            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here (nodes or edges differ)")
+            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at granularity {granularity} (nodes or edges differ)")
         # the times and what they were measured under (threads, device), so notes judge the right ones
         meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
@@ -842,7 +848,7 @@ def _export(args) -> int:
         loaded = _load_model(args)
         captured = capture(loaded.model, loaded.example_inputs, method=args.method, coarsen=args.coarsen, name=loaded.name)
         if graph is not None and graph.structure_digest() != captured.graph.structure_digest():
-            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here (nodes or edges differ)")
+            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at granularity {granularity} (nodes or edges differ)")
         stages = pipeline_stages(captured, result, n_stages=len(result.terms.get("stage_mem") or []) or None, source=args.result)
         written = stages.save(args.output)
         print(f"{stages.n_stages} PipelineStage modules of {loaded.name} -> {args.output} ({', '.join(p.name for p in written)})")

@@ -138,6 +138,21 @@ def test_validate_rejects_a_result_for_another_model(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_validate_executes_a_layer_level_result(tmp_path, capsys):
+    graph, result = tmp_path / "g.json", tmp_path / "r.json"
+    common = ["--model", "resnet18", "--image-size", "64"]
+    assert main(["graph", "capture", *common, "--granularity", "layer", "-o", str(graph)]) == 0
+    assert main(["solve", str(graph), "--stages", "2", "--time-limit", "10", "-q", "--json", str(result)]) == 0
+    run = ["validate", *common, "--result", str(result), "--repeats", "1", "--micro-batches", "2"]
+    assert main([*run, "--graph", str(graph)]) == 0  # the granularity read off the graph file
+    assert "outputs match the unsplit model" in capsys.readouterr().out
+    assert main(run) == 1  # no graph file: op level unless told
+    assert "14 nodes, but resnet18 captured at granularity op has" in capsys.readouterr().err
+    assert main([*run, "--granularity", "layer"]) == 0
+    assert "outputs match the unsplit model" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_profile_solve_validate_loop(tmp_path, capsys):
     """Calibrate on two CPU workers, solve the placement on the measured devices, execute it."""
     graph, links, result = tmp_path / "g.json.gz", tmp_path / "links.json", tmp_path / "r.json"
