@@ -23,7 +23,7 @@ from .distributed import from_earliest_start, run_ranks
 from .partition import ExecutionError, Program, Ref
 from .runner import Execution, TaskRecord, check_devices, worker_weight_bytes
 
-__all__ = ["ChainStage", "chain_stages", "execute_pipelined"]
+__all__ = ["ChainStage", "chain_stages", "boundary_examples", "execute_pipelined"]
 
 
 class ChainStage(nn.Module):
@@ -160,7 +160,7 @@ def execute_pipelined(
         if not isinstance(x, torch.Tensor) or x.dim() == 0 or len(shapes) != 1:
             raise ExecutionError(f"program input {i}: the pipeline schedule splits inputs along a batch dimension, "
                                  f"so it must be a tensor of one shape in every micro-batch")
-    examples = _boundary_examples(stages, batches[0], devices)
+    examples = boundary_examples(stages, batches[0], devices)
     whole = [torch.cat([b[i] for b in batches]) for i in range(len(batches[0]))]
     reports = run_ranks(K, _pipeline_rank, (stages, examples, whole, list(devices), M, program), backend=backend, threads=threads)
     records = [r for k in range(K) for r in reports[k]["records"]]
@@ -170,7 +170,7 @@ def execute_pipelined(
     return Execution(outputs, records, max(r.end for r in records), [str(d) for d in devices[:K]], peaks)
 
 
-def _boundary_examples(stages: list[ChainStage], inputs: Sequence[Any], devices) -> list[tuple[tuple, tuple]]:
+def boundary_examples(stages: list[ChainStage], inputs: Sequence[Any], devices) -> list[tuple[tuple, tuple]]:
     """(inputs, outputs) of every stage on one micro-batch: the shapes ``PipelineStage`` sends."""
     env: dict[Ref, Any] = {Ref(None, i): x for i, x in enumerate(inputs)}
     out = []

@@ -20,7 +20,7 @@ import torch
 
 from ..capture import Capture
 from ..execute.partition import ExecutionError, stage_program
-from ..execute.pipelining import ChainStage, _boundary_examples, chain_stages
+from ..execute.pipelining import ChainStage, boundary_examples, chain_stages
 from ..jsonio import atomic_write_bytes, write_json
 from ..result import Result
 from .split_points import FORMAT, VERSION, ExportError, stage_list
@@ -137,7 +137,7 @@ def pipeline_stages(
     try:
         program = stage_program(capture, stage, K)
         modules = chain_stages(program)
-        examples = _boundary_examples(modules, capture.example_inputs, ["cpu"] * K)
+        examples = boundary_examples(modules, capture.example_inputs, ["cpu"] * K)
     except ExecutionError as err:  # it names the edge or value; keep its line
         raise ExportError(f"{source}: {err}") from err
     return PipelineStages(modules, [tuple(ins) for ins, _ in examples], [tuple(outs) for _, outs in examples])
