@@ -4,6 +4,7 @@ key, reproduction of a deterministic config, and the report, on tiny configs (se
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from incsched.cli import main
 from incsched.experiment.config import ConfigError, load_experiment, shipped_experiments
 from incsched.experiment.report import write_report
 from incsched.experiment.run import ROWS_FILE, load_run, read_rows, run_experiment
+from incsched.train.kernels import apply_in_process, child_environment
 
 TINY = """
 name = "tiny"
@@ -314,29 +316,84 @@ repeats = 2
 
 [[trainings]]
 policy = "placement"
-config = { imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2 }
+kernels = ["native", "portable"]
+config = { imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2, label_time_limit = 0.0 }
+"""
+
+STAGE_TRAINING = """
+name = "tiny_stage_training"
+seeds = [3]
+
+[[trainings]]
+policy = "stage"
+config = { n_graphs = 5, n_validation = 2, min_nodes = 12, max_nodes = 20, ks = [2], hidden = 8, n_layers = 1, decoder_hidden = 8, imitation_epochs = 2, rl_epochs = 1, rl_samples = 2, label_time_limit = 0.05, label_cache = "" }
 """
 
 
 @pytest.mark.parametrize("edit, key", [
-    (lambda t: t.replace('policy = "placement"', 'policy = "stage"'), "trainings[0].policy: only 'placement'"),
+    (lambda t: t.replace('policy = "placement"', 'policy = "gpu"'), "trainings[0].policy: must be 'placement' or 'stage', got 'gpu'"),
     (lambda t: t.replace("imitation_graphs = 2", "seed = 2"), "trainings[0].config.seed: use seeds"),
     (lambda t: t.replace("imitation_graphs = 2", "graphs = 2"), "trainings[0].config.graphs: not a PlacementTrainConfig field"),
+    (lambda t: t.replace("imitation_graphs = 2", "imitation_graphs = 2.5"), "trainings[0].config.imitation_graphs: must be a whole number, got 2.5"),
+    (lambda t: t.replace('policy = "placement"', 'policy = "stage"'), "trainings[0].config.imitation_graphs: not a StageTrainConfig field"),
+    (lambda t: t.replace('"portable"]', '"avx512"]'), "trainings[0].kernels: unknown setting 'avx512' (settings: native, avx2, portable)"),
+    (lambda t: t.replace('"portable"]', '"native"]'), "trainings[0].kernels: a setting named twice (settings: native, avx2, portable)"),
+    (lambda t: t.replace('kernels = ["native", "portable"]', "kernels = []"), "trainings[0].kernels: at least one setting (settings: native, avx2, portable)"),
 ])
 def test_bad_training_config_names_the_key(tmp_path, edit, key):
     cfg = tmp_path / "train.toml"
     cfg.write_text(edit(TRAINING))
-    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ConfigError, match="^train.toml: " + re.escape(key) + "$"):
         load_experiment(cfg)
 
 
+def test_a_child_gets_exactly_its_kernel_setting():
+    base = {"PATH": "/bin", "ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX512", "OMP_NUM_THREADS": "2"}
+    native = child_environment("native", base)
+    assert native == {"PATH": "/bin", "INCSCHED_KERNELS": "native"}  # nothing inherited that picks kernels
+    portable = child_environment("portable", base)
+    assert portable["ATEN_CPU_CAPABILITY"] == "default" and portable["MKL_CBWR"] == "COMPATIBLE"
+    assert portable["OMP_NUM_THREADS"] == "1" and portable["PATH"] == "/bin"
+    with pytest.raises(ValueError, match="kernels must be one of native, avx2, portable, got 'sse'"):
+        child_environment("sse", base)
+    with pytest.raises(RuntimeError, match="must be set before torch loads"):
+        apply_in_process("portable")  # this process was not started under it
+
+
 @pytest.mark.slow
-def test_training_repeats_byte_for_byte_on_one_machine(tmp_path):
-    _, out, summary, rows = run_text(tmp_path, TRAINING)
-    assert (summary["solved"], summary["failed"]) == (2, 0)
-    first, second = (r["result"] for r in rows)
-    assert first["weights_sha256"] == second["weights_sha256"] and first["epochs"] == second["epochs"]
-    assert (out / first["checkpoint"]).is_file() and first["checkpoint"] != second["checkpoint"]
-    assert first["shipped_config"] is False and first["val_ratio_to_cpl"] > 0
-    assert all("environment_variables" in r["provenance"] for r in rows)
-    assert "1 distinct checkpoint(s)" in write_report(out, plots=False)[0].read_text()
+def test_training_repeats_byte_for_byte_under_each_kernel_setting(tmp_path):
+    cfg, out, summary, rows = run_text(tmp_path, TRAINING)
+    assert (summary["solved"], summary["failed"]) == (4, 0), [r["error"] for r in rows]
+    by = {}
+    for r in rows:
+        by.setdefault(r["cell"]["kernels"], []).append(r["result"])
+    for kernels, (first, second) in by.items():
+        assert first["weights_sha256"] == second["weights_sha256"] and first["epochs"] == second["epochs"]
+        assert (out / first["checkpoint"]).is_file() and first["checkpoint"] != second["checkpoint"]
+        assert first["shipped_config"] is False and first["validation_metric"] == "val_ratio_to_cpl" and first["validation"] > 0
+        assert first["kernels"]["setting"] == kernels
+    # the child really ran under its setting: ATen's scalar kernels, deterministic algorithms, MKL's COMPATIBLE branch
+    portable, native = by["portable"][0]["kernels"], by["native"][0]["kernels"]
+    assert portable["aten_capability"] == "DEFAULT" and portable["deterministic_algorithms"] == "True"
+    assert portable["MKL_CBWR"] == "COMPATIBLE" and portable["ONEDNN_MAX_CPU_ISA"] == "SSE41"
+    assert "MKL_CBWR" not in native and native["deterministic_algorithms"] == "False"
+    text = write_report(out, plots=False)[0].read_text()
+    assert "| placement | portable | 2 | yes | 1 |" in text and "| placement | native | 2 | yes | 1 |" in text
+    assert "placement, seed 0:" in text
+    assert run_experiment(load_experiment(cfg), out)["reused"] == 4
+
+
+@pytest.mark.slow
+def test_stage_policy_trains_in_an_experiment(tmp_path):
+    from incsched.policy.stage_policy import load_stage_policy
+
+    _, out, summary, rows = run_text(tmp_path, STAGE_TRAINING)
+    assert (summary["solved"], summary["failed"]) == (1, 0), rows[0]["error"]
+    (row,) = rows
+    res = row["result"]
+    assert row["cell"]["policy"] == "stage" and row["cell"]["seed"] == 3
+    assert res["validation_metric"] == "val_ratio_to_label" and res["validation"] >= 1.0  # the labels are CP-SAT's best
+    assert res["labels"]["n"] == 5 and res["shipped_config"] is False and res["shipped_weights"] is False
+    policy, meta = load_stage_policy(out / res["checkpoint"])
+    assert meta["train_config"]["seed"] == 3 and meta["train_config"]["n_graphs"] == 5
+    assert "val_ratio_to_label" in write_report(out, plots=False)[0].read_text()

@@ -126,13 +126,15 @@ class ExecutionSpec:
 
 @dataclass(frozen=True)
 class TrainingSpec:
-    """Train the ``policy`` (``placement``) from each seed with ``config`` (fields of
-    `incsched.train.placement.PlacementTrainConfig` that differ from its defaults, which are the
-    shipped checkpoint's)."""
+    """Train the ``policy`` (``placement`` or ``stage``) from each seed with ``config`` (fields of
+    `incsched.train.placement.PlacementTrainConfig` or `incsched.train.stage.StageTrainConfig` that
+    differ from its defaults, which are the shipped checkpoint's), once under each of ``kernels``
+    (`incsched.train.kernels.KERNEL_SETTINGS`: ``native``, ``avx2``, ``portable``)."""
 
     policy: str
     label: str
     config: dict[str, Any] = field(default_factory=dict)
+    kernels: tuple[str, ...] = ("native",)
 
 
 @dataclass(frozen=True)
@@ -358,23 +360,48 @@ def _execution(t: dict, where: str, src: str) -> ExecutionSpec:
 
 
 def _training(t: dict, where: str, src: str) -> TrainingSpec:
-    _known(t, {"policy", "label", "config"}, where, src)
+    _known(t, {"policy", "label", "config", "kernels"}, where, src)
     policy = _get(t, "policy", str, where, src, required=True)
-    if policy != "placement":
-        raise ConfigError(f"{src}: {where}.policy: only 'placement' can be trained in an experiment (the stage policy's labels "
-                          f"take minutes and a cache of their own: incsched train stage), got {policy!r}")
+    if policy not in ("placement", "stage"):
+        raise ConfigError(f"{src}: {where}.policy: must be 'placement' or 'stage', got {policy!r}")
     config = _table(t.get("config", {}), f"{where}.config", src)
-    from ..train.placement import PlacementTrainConfig
+    if policy == "stage":
+        from ..train.stage import StageTrainConfig as Config
 
-    defaults = PlacementTrainConfig().to_dict()
+        defaults, build = Config().to_json(), Config.from_json
+    else:
+        from ..train.placement import PlacementTrainConfig as Config
+
+        defaults, build = Config().to_dict(), Config.from_dict
     for k in config:
         if k not in defaults or k == "seed":
-            raise ConfigError(f"{src}: {where}.config.{k}: " + ("use seeds" if k == "seed" else "not a PlacementTrainConfig field"))
+            raise ConfigError(f"{src}: {where}.config.{k}: " + ("use seeds" if k == "seed" else f"not a {Config.__name__} field"))
+        kind = _value_kind(defaults[k])
+        if kind and _value_kind(config[k]) not in (kind, "whole number" if kind == "number" else None):
+            raise ConfigError(f"{src}: {where}.config.{k}: must be a {kind}, got {config[k]!r}")
     try:
-        PlacementTrainConfig.from_dict({**defaults, **config})
+        build({**defaults, **config})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{src}: {where}.config: {' '.join(str(exc).split())}") from None
-    return TrainingSpec(policy, _get(t, "label", str, where, src, default=policy), dict(config))
+    from ..train.kernels import KERNEL_SETTINGS
+
+    kernels = _strings(t.get("kernels", ["native"]), f"{where}.kernels", src)
+    bad = [k for k in kernels if k not in KERNEL_SETTINGS]
+    if bad or not kernels or len(set(kernels)) != len(kernels):
+        what = f"unknown setting {bad[0]!r}" if bad else ("at least one setting" if not kernels else "a setting named twice")
+        raise ConfigError(f"{src}: {where}.kernels: {what} (settings: {', '.join(KERNEL_SETTINGS)})")
+    return TrainingSpec(policy, _get(t, "label", str, where, src, default=policy), dict(config), tuple(kernels))
+
+
+def _value_kind(v) -> str | None:
+    """What a config value is, in TOML's words; None for a default of None (any value)."""
+    if v is None:
+        return None
+    for typ, kind in ((bool, "boolean"), (int, "whole number"), (float, "number"), (str, "string"), ((list, tuple), "list"),
+                      (dict, "table")):
+        if isinstance(v, typ):
+            return kind
+    return type(v).__name__
 
 
 def method_kinds(name: str) -> set[str]:

@@ -130,23 +130,64 @@ def _markdown(meta, rows, stale, per_instance, per_method, executions, figures) 
                          f"{e['max_abs_diff']:.2g} |")
     trained = [r for r in rows if r.get("kind") == "train"]
     if trained:
-        digests = {(r.get("result") or {}).get("weights_sha256") for r in trained if r.get("result")}
-        lines += ["", "## Training", "", f"{len(trained)} runs, {len(digests)} distinct checkpoint(s).", "",
-                  "| policy | seed | repeat | weights sha256 | kept epoch | validation makespan / cpl | the shipped checkpoint | seconds | CPU | kernel settings |",
-                  "|---|---:|---:|---|---|---:|---|---:|---|---|"]
-        for r in trained:
-            c, res, prov = r["cell"], r.get("result") or {}, r.get("provenance") or {}
-            if r.get("error"):
-                lines.append(f"| {c['method']} | {c['seed']} | {c['repeat']} | failed: {r['error']} | | | | | | |")
-                continue
-            shipped = "same bytes" if res["shipped_weights"] else ("same config, other bytes" if res["shipped_config"] else "other config")
-            kernels = ", ".join(f"{k}={v}" for k, v in (prov.get("environment_variables") or {}).items()) or "default"
-            lines.append(f"| {c['method']} | {c['seed']} | {c['repeat']} | `{res['weights_sha256'][:16]}` | {res['selected_epoch']} | "
-                         f"{_f(res['val_ratio_to_cpl'], 4)} | {shipped} | {_f(r.get('seconds'), 1)} | {prov.get('cpu_model')} | {kernels} |")
+        lines += ["", "## Training", ""] + _training_lines(trained)
     if figures:
         lines += ["", "## Figures", ""]
         lines += [f"![{p.stem}]({p.name})" for p in figures if p.suffix == ".png"]
     return "\n".join(lines) + "\n"
+
+
+def _training_lines(trained: list[dict]) -> list[str]:
+    """Every training run, then per training x kernel setting: whether its repeats gave one
+    checkpoint, and per seed whether the settings agreed; the validation measure's spread."""
+    ok = [r for r in trained if not r.get("error") and r.get("result")]
+    digests = {r["result"]["weights_sha256"] for r in ok}
+    lines = [f"{len(trained)} runs, {len(digests)} distinct checkpoint(s).", "",
+             "| training | kernels | seed | repeat | weights sha256 | kept epoch | validation | the shipped checkpoint | seconds | CPU |",
+             "|---|---|---:|---:|---|---|---:|---|---:|---|"]
+    for r in trained:
+        c, res, prov = r["cell"], r.get("result") or {}, r.get("provenance") or {}
+        kernels = c.get("kernels", "native")
+        if r.get("error"):
+            lines.append(f"| {c['method']} | {kernels} | {c['seed']} | {c['repeat']} | failed: {r['error']} | | | | | |")
+            continue
+        shipped = "same bytes" if res["shipped_weights"] else ("same config, other bytes" if res["shipped_config"] else "other config")
+        lines.append(f"| {c['method']} | {kernels} | {c['seed']} | {c['repeat']} | `{res['weights_sha256'][:16]}` | {res['selected_epoch']} | "
+                     f"{res['validation_metric']} {_f(res['validation'], 4)} | {shipped} | {_f(r.get('seconds'), 1)} | {prov.get('cpu_model')} |")
+    groups: dict[tuple, list[dict]] = {}
+    for r in ok:
+        groups.setdefault((r["cell"]["method"], r["cell"].get("kernels", "native")), []).append(r)
+    lines += ["", "| training | kernels | runs | every repeat the same bytes | distinct checkpoints | validation min / mean / max |",
+              "|---|---|---:|---|---:|---|"]
+    for (label, kernels), rs in groups.items():
+        by_seed: dict[int, set] = {}
+        for r in rs:
+            by_seed.setdefault(r["cell"]["seed"], set()).add(r["result"]["weights_sha256"])
+        values = [r["result"]["validation"] for r in rs if r["result"]["validation"] is not None]
+        spread = " / ".join(_f(v, 4) for v in (min(values), sum(values) / len(values), max(values))) if values else "-"
+        lines.append(f"| {label} | {kernels} | {len(rs)} | {_repeats_agree(by_seed, len(rs))} | "
+                     f"{len({r['result']['weights_sha256'] for r in rs})} | {spread} |")
+    settings = sorted({k for _, k in groups})
+    if len(settings) > 1:
+        lines += ["", "Same seed, other kernel settings (a checkpoint shared by two settings is named once):", ""]
+        for label in dict.fromkeys(lbl for lbl, _ in groups):
+            for seed in sorted({r["cell"]["seed"] for r in ok if r["cell"]["method"] == label}):
+                per = {}
+                for r in ok:
+                    if r["cell"]["method"] == label and r["cell"]["seed"] == seed:
+                        per.setdefault(r["cell"].get("kernels", "native"), set()).add(r["result"]["weights_sha256"][:16])
+                classes: dict[tuple, list[str]] = {}
+                for k, d in per.items():
+                    classes.setdefault(tuple(sorted(d)), []).append(k)
+                text = "; ".join(f"{' = '.join(ks)}: {', '.join(f'`{x}`' for x in d)}" for d, ks in classes.items())
+                lines.append(f"- {label}, seed {seed}: {len(classes)} distinct across {len(per)} settings ({text})")
+    return lines
+
+
+def _repeats_agree(by_seed: dict[int, set], runs: int) -> str:
+    if runs == len(by_seed):
+        return "- (one run per seed)"
+    return "yes" if all(len(d) == 1 for d in by_seed.values()) else "no"
 
 
 def _flat_row(r: dict) -> dict[str, Any]:

@@ -9,6 +9,7 @@ with the greedy decoding as baseline; stage 3, fine-tuning on measured runtimes,
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,7 @@ from ..policy.placement_policy import (
     placement_inputs,
     save_placement_policy,
 )
+from .kernels import KERNEL_SETTINGS, apply_in_process, current_kernels, run_in_child
 from .metrics import epoch_row, log_row
 
 __all__ = [
@@ -421,7 +423,7 @@ def _evaluate(model: PlacementPolicy, problems) -> float:
     return float(np.mean(out))
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     """Train with the default config (or a JSON config) and write the checkpoint plus its metadata.
 
     ``python -m incsched.train.placement --out incsched/data/models/placement_policy.pt``
@@ -433,17 +435,25 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=str(DEFAULT_CHECKPOINT))
     ap.add_argument("--config", help="JSON file with PlacementTrainConfig fields (default: the dataclass defaults)")
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--kernels", choices=list(KERNEL_SETTINGS),
+                    help="train in a child process under these CPU kernels (incsched.train.kernels; default: this process's)")
     args = ap.parse_args(argv)
+    if args.kernels is not None and current_kernels() != args.kernels:
+        return run_in_child("incsched.train.placement", sys.argv[1:] if argv is None else list(argv), args.kernels).returncode
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)  # the reference run: reproducible and polite on a shared 2-core machine
+    kernels = apply_in_process(args.kernels) if args.kernels is not None else None
     data = json.load(open(args.config)) if args.config else PlacementTrainConfig().to_dict()
     if args.seed is not None:
         data["seed"] = args.seed
     config = PlacementTrainConfig.from_dict(data)
     model, metrics = train_placement_policy(config)
+    if kernels is not None:
+        metrics["kernels"] = kernels
     save_placement_policy(model, args.out, train_config=config.to_dict(), metrics=metrics)
     log.info("wrote %s after %.0fs (selected %s)", args.out, metrics["seconds"], metrics.get("selected_epoch"))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

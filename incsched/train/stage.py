@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,6 +28,7 @@ from ..evaluate.stage import evaluate_stages
 from ..generators.random_dag import icml24_like, layered_dag, respect_like
 from ..jsonio import read_json, write_json
 from ..problems.stage import StageProblem
+from .kernels import KERNEL_SETTINGS, apply_in_process, current_kernels, run_in_child
 from .metrics import epoch_row, log_row
 
 __all__ = ["StageTrainConfig", "training_problems", "exact_labels", "train_stage_policy"]
@@ -449,15 +451,23 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="train the stage policy")
     ap.add_argument("--out", required=True, help="checkpoint path (.pt; metadata goes beside it as .json)")
+    ap.add_argument("--config", help="JSON file with StageTrainConfig fields (the rest: the defaults)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a StageTrainConfig field")
+    ap.add_argument("--kernels", choices=list(KERNEL_SETTINGS),
+                    help="train in a child process under these CPU kernels (incsched.train.kernels; default: this process's)")
     args = ap.parse_args(argv)
+    if args.kernels is not None and current_kernels() != args.kernels:
+        return run_in_child("incsched.train.stage", sys.argv[1:] if argv is None else list(argv), args.kernels).returncode
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    overrides = {}
+    kernels = apply_in_process(args.kernels) if args.kernels is not None else None
+    overrides = dict(read_json(args.config)) if args.config else {}
     for item in args.set:
         key, _, value = item.partition("=")
         overrides[key] = json.loads(value)
     config = StageTrainConfig.from_json({**StageTrainConfig().to_json(), **overrides})
     policy, metrics = train_stage_policy(config)
+    if kernels is not None:
+        metrics["kernels"] = kernels
     save_stage_policy(args.out, policy, train_config=config.to_json(), metrics=metrics)
     log.info("saved %s after %.0f s (selected %s)", args.out, metrics["seconds"], metrics.get("selected_epoch"))
     return 0
