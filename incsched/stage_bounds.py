@@ -78,10 +78,13 @@ def closure(problem: StageProblem) -> Closure | None:
             row |= anc[pred_idx[k]]
     p = np.asarray(g.param_bytes, dtype=np.int64)
     counting = anc.astype(np.float64 if int(p.sum()) < 2**53 else np.int64)
-    try:
-        allowed = problem.allowed_stages()
-    except InfeasibleProblem:
-        allowed = None
+    if problem.capacity is None and problem.memory is None:
+        allowed = np.ones((n, problem.n_stages), dtype=bool)  # what allowed_stages() finds, without its precedence pass
+    else:
+        try:
+            allowed = problem.allowed_stages()
+        except InfeasibleProblem:
+            allowed = None
     return Closure(anc, p, anc @ p, anc.T @ p, counting, np.ascontiguousarray(counting.T), allowed)
 
 
@@ -195,6 +198,12 @@ def peak_lower_bound(problem: StageProblem, cl: Closure, hi: int | None = None) 
         return lo
     if stage_ranges(problem, hi, cl) is None:
         return hi + 1
+    # The caller's ``hi`` is usually an incumbent's peak, and often the bound itself (resnet50
+    # K=2: 22 probes of a plain binary search, 2 this way).
+    if hi - 1 > lo:
+        if stage_ranges(problem, hi - 1, cl) is None:
+            return hi
+        hi -= 1
     lo += 1
     while lo < hi:
         mid = (lo + hi) // 2
