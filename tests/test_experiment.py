@@ -15,7 +15,7 @@ from incsched.cli import main
 from incsched.experiment.config import ConfigError, load_experiment, shipped_experiments
 from incsched.experiment.report import write_report
 from incsched.experiment.run import ROWS_FILE, load_run, read_rows, run_experiment
-from incsched.train.kernels import apply_in_process, child_environment
+from incsched.train.kernels import adam, apply_in_process, child_environment
 
 TINY = """
 name = "tiny"
@@ -360,6 +360,16 @@ def test_a_child_gets_exactly_its_kernel_setting():
         apply_in_process("portable")  # this process was not started under it
 
 
+def test_portable_training_takes_adams_fused_kernel(monkeypatch):
+    import torch
+
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert not adam(params, lr=0.1).defaults.get("fused")
+    for k, v in child_environment("portable", {}).items():
+        monkeypatch.setenv(k, v)
+    assert adam(params, lr=0.1).defaults["fused"] is True
+
+
 @pytest.mark.slow
 def test_training_repeats_byte_for_byte_under_each_kernel_setting(tmp_path):
     cfg, out, summary, rows = run_text(tmp_path, TRAINING)
@@ -374,7 +384,7 @@ def test_training_repeats_byte_for_byte_under_each_kernel_setting(tmp_path):
         assert first["kernels"]["setting"] == kernels
     # the child really ran under its setting: ATen's scalar kernels, deterministic algorithms, MKL's COMPATIBLE branch
     portable, native = by["portable"][0]["kernels"], by["native"][0]["kernels"]
-    assert portable["aten_capability"] == "DEFAULT" and portable["deterministic_algorithms"] == "True"
+    assert portable["aten_capability"] == "DEFAULT" and portable["deterministic_algorithms"] == "True" and portable["adam"] == "fused"
     assert portable["MKL_CBWR"] == "COMPATIBLE" and portable["ONEDNN_MAX_CPU_ISA"] == "SSE41"
     assert "MKL_CBWR" not in native and native["deterministic_algorithms"] == "False"
     text = write_report(out, plots=False)[0].read_text()

@@ -10,7 +10,8 @@ a setting is a child process started with that environment (`run_in_child`).
   numerical reproducibility branch COMPATIBLE (Intel documents it as giving the same results on
   any Intel or compatible CPU, given the MKL version and thread count), oneDNN at its lowest ISA,
   numpy's and OpenBLAS's baseline paths, numba compiled for a generic x86-64, glibc's libm
-  without its FMA/AVX variants; one thread everywhere; torch's deterministic algorithms.
+  without its FMA/AVX variants; one thread everywhere; torch's deterministic algorithms; and Adam's
+  fused CPU kernel (`adam`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["KERNEL_SETTINGS", "KERNEL_ENV", "child_environment", "run_in_child", "apply_in_process", "current_kernels"]
+__all__ = ["KERNEL_SETTINGS", "KERNEL_ENV", "child_environment", "run_in_child", "apply_in_process", "current_kernels", "adam"]
 
 #: The environment variable a child reads its setting's name from.
 SETTING_VAR = "INCSCHED_KERNELS"
@@ -105,4 +106,21 @@ def apply_in_process(setting: str) -> dict[str, str]:
         torch.use_deterministic_algorithms(True)
     return {"setting": setting, "aten_capability": torch.backends.cpu.get_cpu_capability(),
             "deterministic_algorithms": str(torch.are_deterministic_algorithms_enabled()),
+            "adam": "fused" if setting == "portable" else "foreach",
             **{k: os.environ[k] for k in KERNEL_ENV if k in os.environ}}
+
+
+def adam(params, lr: float, **kwargs):
+    """``torch.optim.Adam``; under ``portable``, its fused CPU kernel.
+
+    Adam's usual updates (foreach and per tensor) take ``torch.sqrt``, which torch computes with
+    MKL's vector math, and that gave other bits on emulated Haswell and EPYC CPUs than on this
+    Xeon even under ``MKL_CBWR=COMPATIBLE`` (qemu-x86_64 -cpu Haswell-noTSX / EPYC-Rome, 2026-12-01);
+    the fused kernel's square root is the IEEE one, the same on every CPU. The other settings keep
+    the usual update, so their checkpoints stay what they were.
+    """
+    import torch
+
+    if current_kernels() == "portable":
+        kwargs["fused"] = True
+    return torch.optim.Adam(params, lr=lr, **kwargs)

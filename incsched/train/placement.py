@@ -31,7 +31,7 @@ from ..policy.placement_policy import (
     placement_inputs,
     save_placement_policy,
 )
-from .kernels import KERNEL_SETTINGS, apply_in_process, current_kernels, run_in_child
+from .kernels import KERNEL_SETTINGS, adam, apply_in_process, current_kernels, run_in_child
 from .metrics import epoch_row, log_row
 
 __all__ = [
@@ -327,7 +327,7 @@ def train_placement_policy(
         log.info("imitation labels: %s in %.1fs", sources, time.perf_counter() - t0)
         metrics["labels"] = {"n": len(data), "sources": sources, "mean_label_over_cpl": float(np.mean([d[3] for d in data])),
                              "seconds": time.perf_counter() - t0}
-        opt = torch.optim.Adam(model.parameters(), lr=config.imitation_lr)
+        opt = adam(model.parameters(), lr=config.imitation_lr)
         for epoch in range(config.imitation_epochs):
             t0 = time.perf_counter()
             total = 0.0
@@ -353,7 +353,7 @@ def train_placement_policy(
     best_state, best_epoch = {k: v.detach().clone() for k, v in model.state_dict().items()}, "start"
     metrics["epochs"].append(epoch_row("start", -1, time.perf_counter() - t0, val_ratio_to_cpl=best_val))
     if config.rl_epochs > 0:
-        opt = torch.optim.Adam(model.parameters(), lr=config.rl_lr)
+        opt = adam(model.parameters(), lr=config.rl_lr)
         cost = reward_fn or (lambda p, pl: float(simulate(p, pl, "ordered").makespan))
         for epoch in range(config.rl_epochs):
             if config.time_budget_s is not None and time.perf_counter() - t_run > config.time_budget_s:

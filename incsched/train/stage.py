@@ -28,7 +28,7 @@ from ..evaluate.stage import evaluate_stages
 from ..generators.random_dag import icml24_like, layered_dag, respect_like
 from ..jsonio import read_json, write_json
 from ..problems.stage import StageProblem
-from .kernels import KERNEL_SETTINGS, apply_in_process, current_kernels, run_in_child
+from .kernels import KERNEL_SETTINGS, adam, apply_in_process, current_kernels, run_in_child
 from .metrics import epoch_row, log_row
 
 __all__ = ["StageTrainConfig", "training_problems", "exact_labels", "train_stage_policy"]
@@ -369,7 +369,7 @@ def train_stage_policy(
 
     # Stage 1: imitation. Teacher forcing: the running state along the label's own trajectory.
     label_states = [trajectory_states(ex.gt, ex.label, ex.problem.graph.src, ex.problem.graph.dst) for ex in train]
-    opt = torch.optim.Adam(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    opt = adam(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     for epoch in range(config.imitation_epochs):
         t0 = time.perf_counter()
         policy.train()
@@ -388,7 +388,7 @@ def train_stage_policy(
 
     # Stage 2: REINFORCE with the greedy decode's reward as baseline (reward = -objective / label
     # objective), plus self-imitation: a sample better than a graph's label becomes its label.
-    opt = torch.optim.Adam(policy.parameters(), lr=config.rl_lr)
+    opt = adam(policy.parameters(), lr=config.rl_lr)
     src_dst = [(ex.problem.graph.src, ex.problem.graph.dst) for ex in train]
     for epoch in range(config.rl_epochs):
         t0 = time.perf_counter()
