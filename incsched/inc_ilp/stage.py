@@ -39,6 +39,7 @@ from ..errors import IncschedError
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 from ..relax import stage_band_window, stage_window, window_is_everything
+from ..stage_reduce import StageReduction, stage_reduction
 from ..stage_bounds import MAX_CLOSURE_NODES, ProofBound, closure, peak_lower_bound, proof_bound
 from .context import Context
 from .incumbent import STAGE_PRESCHEDULERS, portfolio, run_prescheduler
@@ -63,6 +64,9 @@ FIRST_INCUMBENT = "pipedream_dp"
 
 #: Share of the nominal budget the first, reduced full model may spend before the portfolio runs.
 QUICK_PROOF_SHARE = 0.02
+
+#: `incsched.stage_reduce`'s rules in the reduced full model (None: none), as its keyword arguments.
+RULES: dict | None = {"place": True, "symmetry": False}
 
 #: Peak memory above the average stage load (bytes) that `rebalance` is tried for.
 BALANCE_SLACK = 5
@@ -132,7 +136,7 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
                     # K=4: 28 free nodes, 0.02 s), and the portfolio then never runs; a short
                     # budget, so a hard one costs little before the usual path.
                     model, window = reduction.model(ctx)
-                    prove(ctx, model, hint=ctx.best, window=window, work=QUICK_PROOF_SHARE * ctx.nominal_work)
+                    prove(ctx, model, hint=ctx.best, window=window, work=QUICK_PROOF_SHARE * ctx.nominal_work, rules=reduction.rules(p))
                     if ctx.proven or ctx.stopped():
                         return
         portfolio(ctx, "stage")
@@ -153,13 +157,13 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
             return  # unsettled bands had the budget: the full model of a graph this size is hopeless
         if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
             model, window = reduction.model(ctx)
-            prove(ctx, model, hint=ctx.best, window=window)
+            prove(ctx, model, hint=ctx.best, window=window, rules=reduction.rules(p))
         return
     if windows(ctx, radius, reduction):
         return  # a window grew into the whole problem and settled it
     if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
         model, window = reduction.model(ctx)
-        prove(ctx, model, hint=ctx.best, window=window)
+        prove(ctx, model, hint=ctx.best, window=window, rules=reduction.rules(p))
 
 
 def first_incumbent(ctx: Context) -> None:
@@ -198,6 +202,13 @@ class Reduction:
 
     def __init__(self, cl, peak: int | None):
         self.cl, self.peak, self.bound, self.value = cl, peak, None, None
+        self._rules = None
+
+    def rules(self, p: StageProblem) -> StageReduction | None:
+        """`incsched.stage_reduce`'s exact rules for the reduced full model (computed once)."""
+        if self._rules is None and RULES is not None:
+            self._rules = stage_reduction(p, **RULES)
+        return self._rules
 
     @classmethod
     def of(cls, ctx: Context) -> "Reduction":
@@ -262,12 +273,13 @@ def _intersect(window, ranges):
     return lo, hi
 
 
-def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | None = None) -> None:
+def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | None = None, rules=None) -> None:
     """The full model (``model``: the problem, possibly under an objective window and the
     precedence ranges ``window`` every answer as good as the best keeps), with ``work`` (default
-    all that is left)."""
+    all that is left) and the exact ``rules`` of `incsched.stage_reduce` if given (valid there:
+    both windows hold every answer as good as the best)."""
     with ctx.timed("proof"):
-        settings, lp = ctx.settings(work), {}
+        settings, lp = ctx.settings(work), {}  # solve_stage's optional keywords
         if window is not None:
             # Reduced models are small: the full LP pays for itself there (solve_stage's
             # measurement), and presolve's probing does not (the seven hardest shipped proofs,
@@ -275,9 +287,12 @@ def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | No
             lp = {"linearization_level": 2}
             if ctx.probing_level is None:
                 settings = replace(settings, probing_level=0)
+        if rules is not None:
+            lp["reduction"] = rules
         out = solve_stage(model, settings, window=window, hint=hint, **lp)
     ctx.charge(out)
-    ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
+    ctx.record("full", status=out.status, objective=out.objective, bound=out.bound,
+               deterministic_time=round(float(out.info.get("deterministic_time") or 0.0), 4), **out.info.get("reduction", {}))
     _take(ctx, out, "full", whole=True)
 
 

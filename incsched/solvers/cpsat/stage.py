@@ -27,6 +27,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from incsched.problems.stage import ProblemError, StageProblem, exact_number
+from incsched.stage_reduce import StageReduction
 
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
@@ -51,6 +52,7 @@ def solve_stage(
     window: tuple[np.ndarray, np.ndarray] | None = None,
     hint: np.ndarray | None = None,
     linearization_level: int | None = None,
+    reduction: StageReduction | None = None,
 ) -> SolverOutput:
     """Solve ``problem`` (inside ``window`` if given) with CP-SAT.
 
@@ -69,6 +71,12 @@ def solve_stage(
         CP-SAT's ``linearization_level`` (default its own, 1). 2 puts every constraint in the LP:
         on the precedence-reduced proofs of the shipped graphs (K = 6, 8) it cut the deterministic
         time from 2.4 to 1.6 s in total; on window and band models it is left alone.
+    reduction : StageReduction, optional
+        Exact rules (`incsched.stage_reduce`): merged nodes share one stage variable, loadless
+        joins are placed by ``max``/``min`` of their neighbours' stages, interchangeable branches
+        are ordered. Only for the whole problem or a window that holds every answer as good as
+        some answer (the precedence window): the rules keep an optimum there, not in any window.
+        The hint is moved onto the rules first (`StageReduction.apply`, never a worse answer).
 
     Returns
     -------
@@ -90,15 +98,21 @@ def solve_stage(
     start = time.perf_counter()
     info: dict = {"time_unit": problem.time_unit}
     allowed, reason = problem.allowed_or_reason(window)
+    if reason is None and reduction is not None:
+        allowed, reason = _group_domains(problem, allowed, reduction.group)
     if reason is not None:
         info["reason"] = reason
         return SolverOutput("infeasible", None, None, None, time.perf_counter() - start, BACKEND, info=info)
 
     weights, unit = integer_weights(problem.weights.as_dict())
     check_model_range(problem, weights)
-    model = _StageModel(problem, allowed, weights)
+    model = _StageModel(problem, allowed, weights, reduction)
     if hint is not None:
-        model.add_hint(np.asarray(hint, dtype=np.int64))
+        hint = np.asarray(hint, dtype=np.int64)
+        g = problem.graph
+        if reduction is not None and hint.shape == (g.n_nodes,) and np.all(hint[g.src] <= hint[g.dst]):
+            hint = reduction.apply(hint)
+        model.add_hint(hint)
     build_time = time.perf_counter() - start
 
     solver = make_solver(settings)
@@ -142,8 +156,22 @@ def solve_stage(
         deterministic=settings.deterministic,
         conflicts=solver.NumConflicts(),
     )
+    if reduction is not None:
+        info["reduction"] = reduction.summary()
     log.info("stage CP-SAT on %s (K=%d): %s objective=%s bound=%s", problem.graph.name, problem.n_stages, status, objective, bound)
     return SolverOutput(status, assignment, objective, bound, time.perf_counter() - start, BACKEND, info=info)
+
+
+def _group_domains(problem: StageProblem, allowed: np.ndarray, group: np.ndarray):
+    """Each merged group's stages: those every member allows (``(allowed, None)``, or the reason none is left)."""
+    both = np.ones((problem.graph.n_nodes, problem.n_stages), dtype=bool)
+    np.logical_and.at(both, group, allowed)
+    both = both[group]
+    empty = np.flatnonzero(~both.any(axis=1))
+    if empty.size:
+        v = int(empty[0])
+        return None, f"the window leaves node {problem.graph.names[v]!r} and the nodes merged with it no common stage"
+    return both, None
 
 
 def integer_weights(weights: dict[str, float]) -> tuple[dict[str, int], Fraction]:
@@ -228,8 +256,8 @@ def _float_bound_floor(b: float) -> int:
 class _StageModel:
     """Builds the CP-SAT model, one method per family of variables and constraints."""
 
-    def __init__(self, problem: StageProblem, allowed: np.ndarray, weights: dict[str, int]):
-        self.problem, self.allowed, self.weights = problem, allowed, weights
+    def __init__(self, problem: StageProblem, allowed: np.ndarray, weights: dict[str, int], reduction: StageReduction | None = None):
+        self.problem, self.allowed, self.weights, self.reduction = problem, allowed, weights, reduction
         self.model = cp_model.CpModel()
         g, K = problem.graph, problem.n_stages
         self.K = K
@@ -239,6 +267,11 @@ class _StageModel:
         self.net_comm = np.zeros(g.n_nodes, dtype=np.int64)
         np.add.at(self.net_comm, g.dst, comm)
         np.add.at(self.net_comm, g.src, -comm)
+        # Merged nodes share their group's stage variable: the group's net traffic is the sum.
+        self.group = np.arange(g.n_nodes) if reduction is None else reduction.group
+        self.is_root = self.group == np.arange(g.n_nodes)
+        self.net_group = np.zeros(g.n_nodes, dtype=np.int64)
+        np.add.at(self.net_group, self.group, self.net_comm)
         cap_needed = problem.capacity is not None
         self.use_mem = weights["mem_peak"] > 0 or weights["spill"] > 0 or cap_needed
         self.use_time = weights["compute_peak"] > 0
@@ -254,6 +287,8 @@ class _StageModel:
         self._stage_variables()
         self._precedence()
         self._stage_booleans()
+        if reduction is not None:
+            self._reduction_rules()
         objective = []
         if self.use_mem:
             objective += self._memory()
@@ -275,16 +310,31 @@ class _StageModel:
         names = self.problem.graph.names
         self.stage = [
             self.model.NewIntVarFromDomain(cp_model.Domain.FromValues(np.flatnonzero(row).tolist()), f"stage[{nm}]")
-            for nm, row in zip(names, self.allowed)
+            if root else None
+            for nm, row, root in zip(names, self.allowed, self.is_root.tolist())
         ]
+        self.stage = [self.stage[r] for r in self.group.tolist()]
 
     def _precedence(self) -> None:
         g = self.problem.graph
         first = self.allowed.argmax(axis=1)
         last = self.K - 1 - self.allowed[:, ::-1].argmax(axis=1)
-        for u, v in zip(g.src.tolist(), g.dst.tolist()):
-            if last[u] > first[v]:  # otherwise the domains already imply s_u <= s_v
+        group = self.group
+        seen = set()
+        for u, v in zip(group[g.src].tolist(), group[g.dst].tolist()):
+            if u != v and (u, v) not in seen and last[u] > first[v]:  # else the domains imply s_u <= s_v
+                seen.add((u, v))
                 self.model.Add(self.stage[u] <= self.stage[v])
+
+    def _reduction_rules(self) -> None:
+        """`incsched.stage_reduce`'s placing rules and branch order (merges are shared variables)."""
+        red = self.reduction
+        for v, preds in red.earliest:
+            self.model.AddMaxEquality(self.stage[v], [self.stage[u] for u in preds])
+        for v, succs in red.latest:
+            self.model.AddMinEquality(self.stage[v], [self.stage[w] for w in succs])
+        for a, b in red.order:
+            self.model.Add(self.stage[a] <= self.stage[b])
 
     def _stage_booleans(self) -> None:
         """x[v][k] <=> stage[v] == k, for nodes whose stage moves a load; others need none."""
@@ -295,7 +345,7 @@ class _StageModel:
         if self.use_time:
             matters |= ticks.any(axis=1)
         if self.use_cut:
-            matters |= self.net_comm != 0
+            matters |= self.net_group != 0
         if self.use_stage_time:
             matters |= ticks.any(axis=1) | self._senders()
             data = self.problem.readers
@@ -306,13 +356,16 @@ class _StageModel:
         self.on_stage: list[dict[int, cp_model.IntVar] | None] = [None] * len(p)
         self.n_booleans = 0
         names = self.problem.graph.names
-        for v in np.flatnonzero(matters & free).tolist():
+        group_matters = np.zeros(len(p), dtype=bool)
+        np.logical_or.at(group_matters, self.group, matters)
+        for v in np.flatnonzero(group_matters & free & self.is_root).tolist():
             stages = np.flatnonzero(self.allowed[v]).tolist()
             x = {k: self.model.NewBoolVar(f"on[{names[v]},{k}]") for k in stages}
             self.model.AddExactlyOne(x.values())
             self.model.Add(self.stage[v] == sum(k * b for k, b in x.items()))
             self.on_stage[v] = x
             self.n_booleans += len(x)
+        self.on_stage = [self.on_stage[r] for r in self.group.tolist()]
         self.fixed_stage = np.where(free, -1, self.allowed.argmax(axis=1))
 
     def _stage_sum(self, coef: np.ndarray, k: int):
@@ -462,7 +515,7 @@ class _StageModel:
         comm = self.problem.edge_comm
         hi = int(comm.sum()) * (self.K - 1)
         total = self.model.NewIntVar(0, max(hi, 0), "comm_total")
-        expr = sum(int(c) * self.stage[v] for v, c in enumerate(self.net_comm.tolist()) if c)
+        expr = sum(int(c) * self.stage[v] for v, c in enumerate(self.net_group.tolist()) if c)
         self.model.Add(total == expr)
         self.term_parts["comm_total"] = ("sum", [expr])
         self.terms["comm_total"] = total
@@ -476,7 +529,7 @@ class _StageModel:
         boundaries = []
         for b in range(1, K):
             expr = 0
-            for v, c in enumerate(self.net_comm.tolist()):
+            for v, c in enumerate(self.net_group.tolist()):
                 if not c:
                     continue
                 x = self.on_stage[v]
@@ -517,6 +570,8 @@ class _StageModel:
             raise ValueError(f"hint has shape {stages.shape}, expected ({g.n_nodes},)")
         stages = np.clip(stages, 0, K - 1)
         for v, s in enumerate(stages.tolist()):
+            if not self.is_root[v]:
+                continue  # its group's variable is hinted once, by the group's root
             self.model.AddHint(self.stage[v], s)
             x = self.on_stage[v]
             if x is not None:
