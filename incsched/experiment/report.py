@@ -86,6 +86,10 @@ def _markdown(meta, rows, stale, per_instance, per_method, executions, figures) 
     at_once = sorted({r.get("cells_at_once") for r in rows if r.get("kind") == "solve" and r.get("cells_at_once")})
     if at_once and at_once != [1]:
         lines.append(f"- solve cells ran {'/'.join(map(str, at_once))} at a time: their wall times disturb each other")
+    warm = sorted({r["warm_up_s"] for r in rows if r.get("kind") == "solve" and r.get("warm_up_s") is not None})
+    if warm:  # what a first call in a fresh process pays besides its own work
+        lines.append(f"- warm-up before the cells (imports, OR-Tools, the learned policies where used, untimed): {_f(warm[0], 2)}"
+                     + (f"-{_f(warm[-1], 2)}" if len(warm) > 1 else "") + " s")
     commits = Counter((r.get("provenance") or {}).get("git_commit") or "none" for r in rows)
     if len(commits) > 1:  # rows kept from earlier runs carry their own provenance
         lines.append("- rows by commit: " + ", ".join(f"{c[:12]} ({n})" for c, n in commits.most_common()))
@@ -110,13 +114,13 @@ def _markdown(meta, rows, stale, per_instance, per_method, executions, figures) 
                 line += f" {t[0]:.2f}x; {t[1]:.2f}x; {t[2]} |" if t else " |"
             lines.append(line)
         lines += ["", "## By instance", "",
-                  "| graph | nodes | instance | method | runs | status | objective | above best known | gap | seconds | stopped |",
-                  "|---|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
+                  "| graph | nodes | instance | method | runs | status | objective | above best known | gap | seconds | pre-schedule s | stopped |",
+                  "|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
         for p in per_instance:
             obj = _n(p["objective"]) + ("" if p["objective"] == p["objective_max"] else f"-{_n(p['objective_max'])}")
             best = "" if p["ratio"] is None else _pct(p["ratio"] - 1) + (" (of the optimum)" if p["best_proven"] else "")
             lines.append(f"| {p['graph']} | {p['nodes']} | {p['instance']} | {p['method']} | {p['runs']} | {p['status']} | {obj} | {best} | "
-                         f"{_pct(p['gap'])} | {_f(p['seconds'], 3)} | {p['stop']} |")
+                         f"{_pct(p['gap'])} | {_f(p['seconds'], 3)} | {_f(p['preschedule_seconds'], 3)} | {p['stop']} |")
     if executions:
         lines += ["", "## Executed on real devices", "",
                   "| model | devices | placement | seed | predicted ms | measured ms | measured / predicted | speed-up vs best single device | max abs diff |",
@@ -199,6 +203,7 @@ def _flat_row(r: dict) -> dict[str, Any]:
         "time_limit": (c.get("budget") or {}).get("time_limit"), "work_limit": (c.get("budget") or {}).get("work_limit"),
         "status": res.get("status"), "objective": res.get("objective"), "lower_bound": res.get("lower_bound"), "gap": res.get("gap"),
         "stop_reason": prov.get("stop_reason"), "reproducible": res.get("reproducible"), "seconds": seconds(r),
+        "preschedule_s": (res.get("timing") or {}).get("preschedule"),
         "predicted_s": (v.get("predicted") or {}).get("makespan_s"), "measured_s": (v.get("measured") or {}).get("makespan_s"),
         "error": r.get("error"), "incsched": prov.get("incsched"), "git_commit": prov.get("git_commit"), "cpu_model": prov.get("cpu_model"),
         "cores": prov.get("cores"), "load_1min": (prov.get("load_average") or [None])[0], "node": prov.get("node"),

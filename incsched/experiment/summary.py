@@ -64,6 +64,8 @@ def summarise(rows: list[dict]) -> tuple[list[dict], list[dict]]:
             "ratio": (statistics.mean(o / b for o in objs) if objs and b else (1.0 if objs and b == 0 else None)),
             "gap": _median([r["result"]["gap"] for r in ok if r["result"].get("gap") is not None]),
             "seconds": _median([seconds(r) for r in rs]),
+            # the pre-scheduler's own phase (a policy's inference), without the bound and the checks
+            "preschedule_seconds": _median([r["result"]["timing"]["preschedule"] for r in ok if "preschedule" in (r["result"].get("timing") or {})]),
             "proven_seconds": _median([seconds(r) for r in ok if r["result"]["status"] == "optimal"]),
             "stop": "/".join(sorted({r["provenance"].get("stop_reason") or "error" for r in rs})),
             "reproducible": all((r.get("result") or {}).get("reproducible") for r in rs),
