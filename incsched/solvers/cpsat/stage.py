@@ -27,7 +27,6 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from incsched.problems.stage import ProblemError, StageProblem, exact_number
-from incsched.stage_reduce import StageReduction
 
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
@@ -52,7 +51,7 @@ def solve_stage(
     window: tuple[np.ndarray, np.ndarray] | None = None,
     hint: np.ndarray | None = None,
     linearization_level: int | None = None,
-    reduction: StageReduction | None = None,
+    reduction=None,
 ) -> SolverOutput:
     """Solve ``problem`` (inside ``window`` if given) with CP-SAT.
 
@@ -71,8 +70,8 @@ def solve_stage(
         CP-SAT's ``linearization_level`` (default its own, 1). 2 puts every constraint in the LP:
         on the precedence-reduced proofs of the shipped graphs (K = 6, 8) it cut the deterministic
         time from 2.4 to 1.6 s in total; on window and band models it is left alone.
-    reduction : StageReduction, optional
-        Exact rules (`incsched.stage_reduce`): merged nodes share one stage variable, loadless
+    reduction : incsched.stage_reduce.StageReduction, optional
+        Exact rules, handed in (the back end does not derive them): merged nodes share one stage variable, loadless
         joins are placed by ``max``/``min`` of their neighbours' stages, interchangeable branches
         are ordered. Only for the whole problem or a window that holds every answer as good as
         some answer (the precedence window): the rules keep an optimum there, not in any window.
@@ -256,7 +255,7 @@ def _float_bound_floor(b: float) -> int:
 class _StageModel:
     """Builds the CP-SAT model, one method per family of variables and constraints."""
 
-    def __init__(self, problem: StageProblem, allowed: np.ndarray, weights: dict[str, int], reduction: StageReduction | None = None):
+    def __init__(self, problem: StageProblem, allowed: np.ndarray, weights: dict[str, int], reduction=None):
         self.problem, self.allowed, self.weights, self.reduction = problem, allowed, weights, reduction
         self.model = cp_model.CpModel()
         g, K = problem.graph, problem.n_stages
