@@ -15,11 +15,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..train.kernels import KERNEL_ENV
+
 __all__ = ["environment", "load_average", "git_commit", "cpu_model"]
 
 #: Environment variables that change which kernels run (vector ISA, MKL's reproducibility mode,
-#: threads): on an AVX-512 machine, ATEN_CPU_CAPABILITY=avx2 alone changes trained weights.
-NUMERIC_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+#: threads; every one a training kernel setting sets): on an AVX-512 machine,
+#: ATEN_CPU_CAPABILITY=avx2 alone changes trained weights.
+NUMERIC_ENV = (*KERNEL_ENV, "CUDA_VISIBLE_DEVICES")
 
 #: Libraries whose versions can change a number (solver, numerics, learning, plots).
 LIBRARIES = ("ortools", "numpy", "scipy", "torch", "torch-geometric", "numba", "pulp", "networkx", "matplotlib", "ray")
