@@ -61,6 +61,7 @@ class StageReduction:
 
     @property
     def order(self) -> list[tuple[int, int]]:
+        """(a, b) with ``s_a <= s_b``: the first groups of consecutive branches of each class."""
         return [(c[i][0], c[i + 1][0]) for c in self.classes for i in range(len(c) - 1)]
 
     @property
@@ -68,6 +69,7 @@ class StageReduction:
         return int(np.unique(self.group).size)
 
     def summary(self) -> dict:
+        """Counts for the run's log: merged nodes, placed groups, ordered branches, groups left."""
         return {"merged": len(self.merges), "placed": len(self.earliest) + len(self.latest),
                 "ordered_branches": sum(len(c) for c in self.classes), "groups": self.n_groups}
 
@@ -109,7 +111,7 @@ class StageReduction:
         return s[self.group]
 
 
-def identity(n: int) -> StageReduction:
+def _no_rules(n: int) -> StageReduction:
     return StageReduction(np.arange(n, dtype=np.int64), (), (), (), ())
 
 
@@ -130,7 +132,7 @@ def stage_reduction(problem: StageProblem, place: bool = True, symmetry: bool = 
     g = problem.graph
     n = g.n_nodes
     if problem.weights.stage_time_peak > 0 or problem.memory is not None:
-        return identity(n)
+        return _no_rules(n)
     ticks = problem.node_ticks
     loadless = g.param_bytes == 0
     if problem.weights.compute_peak > 0:
