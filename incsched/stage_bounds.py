@@ -316,7 +316,7 @@ def proof_bound(problem: StageProblem, incumbent_objective, cl: Closure | None =
 
     Every answer of objective <= V (the incumbent's) has peak M with ``w_mem M + w_comm C(M) +
     others <= V``, C(M) the crossing bound under cap M (non-increasing in M); starting from the
-    peak bound alone, the cap and C are tightened in turn until they settle. Then every such
+    peak bound alone, the cap and C are tightened in turn until they settle (or the bound meets V). Then every such
     answer costs at least ``w_mem * peak_lower_bound + w_comm * C(cap) + others``, and every other
     answer at least V, so the smaller of the two is a global lower bound.
 
@@ -358,5 +358,10 @@ def proof_bound(problem: StageProblem, incumbent_objective, cl: Closure | None =
             return ProofBound(exact_number(V), cap, window, peak, crossings)
         window = ranges
         crossings = crossing_bounds(problem, *ranges)
+        comm = w["comm_total"] * sum(crossings) + w["comm_peak"] * max(crossings, default=0)
+        if w["mem_peak"] * peak + comm + others >= V:
+            # Already no answer undercuts V (these crossings hold under every tighter cap too):
+            # the tightening rounds would only narrow a window no one needs.
+            return ProofBound(exact_number(V), cap, window, peak, crossings)
     bound = w["mem_peak"] * peak + w["comm_total"] * sum(crossings) + w["comm_peak"] * max(crossings, default=0) + others
     return ProofBound(exact_number(min(bound, V)), cap, window, peak, crossings)
