@@ -175,6 +175,8 @@ def _training_lines(trained: list[dict]) -> list[str]:
     if len(settings) > 1:
         lines += ["", "Same seed, other kernel settings (a checkpoint shared by two settings is named once):", ""]
         for label in dict.fromkeys(lbl for lbl, _ in groups):
+            if sum(lbl == label for lbl, _ in groups) < 2:
+                continue  # trained under one setting only: nothing to compare
             for seed in sorted({r["cell"]["seed"] for r in ok if r["cell"]["method"] == label}):
                 per = {}
                 for r in ok:
