@@ -338,6 +338,8 @@ config = { n_graphs = 5, n_validation = 2, min_nodes = 12, max_nodes = 20, ks = 
     (lambda t: t.replace('policy = "placement"', 'policy = "stage"'), "trainings[0].config.imitation_graphs: not a StageTrainConfig field"),
     (lambda t: t.replace('"portable"]', '"avx512"]'), "trainings[0].kernels: unknown setting 'avx512' (settings: native, avx2, portable)"),
     (lambda t: t.replace('"portable"]', '"native"]'), "trainings[0].kernels: a setting named twice (settings: native, avx2, portable)"),
+    (lambda t: t.replace('policy = "placement"', 'policy = "stage"').replace("imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2, label_time_limit = 0.0", "threads = 2"),
+     "trainings[0].config.threads: the portable kernels run one thread, got 2"),
     (lambda t: t.replace('kernels = ["native", "portable"]', "kernels = []"), "trainings[0].kernels: at least one setting (settings: native, avx2, portable)"),
 ])
 def test_bad_training_config_names_the_key(tmp_path, edit, key):

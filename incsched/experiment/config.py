@@ -390,6 +390,8 @@ def _training(t: dict, where: str, src: str) -> TrainingSpec:
     if bad or not kernels or len(set(kernels)) != len(kernels):
         what = f"unknown setting {bad[0]!r}" if bad else ("at least one setting" if not kernels else "a setting named twice")
         raise ConfigError(f"{src}: {where}.kernels: {what} (settings: {', '.join(KERNEL_SETTINGS)})")
+    if "portable" in kernels and config.get("threads", 1) != 1:  # StageTrainConfig.threads would undo the setting's one thread
+        raise ConfigError(f"{src}: {where}.config.threads: the portable kernels run one thread, got {config['threads']!r}")
     return TrainingSpec(policy, _get(t, "label", str, where, src, default=policy), dict(config), tuple(kernels))
 
 
