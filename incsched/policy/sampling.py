@@ -4,7 +4,7 @@ Both policies decode in compiled kernels (`stage_kernel`, `placement_kernel`), w
 costs about a microsecond per node, so they share one budget: about `SAMPLE_NODE_BUDGET` node
 decodes, at least `MIN_SAMPLES` and at most `MAX_SAMPLES` -- 64 samples up to 250 nodes, 16 from
 1,000 nodes up, which keeps a 1,000-node graph well inside the 0.1-s inference target
-(benchmarks/rl_stage.py, benchmarks/rl_placement.py).
+(measured by benchmarks/rl_stage.py and rl_placement.py, now the speed profiles of the respect and doppler experiments).
 """
 
 from __future__ import annotations
