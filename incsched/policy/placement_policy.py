@@ -629,7 +629,8 @@ def decode_rows(
     seeds = rng.integers(0, 2**64, size=len(greedy), dtype=np.uint64) if rng is not None else np.zeros(len(greedy), np.uint64)
     i64 = np.int64
     device, start, seq, makespan = call_compiled(  # numba: imported and compiled at the first decode
-        "incsched.policy.placement_kernel:decode_rows", g.pred_ptr.astype(i64), g.pred_idx.astype(i64), g.pred_edge.astype(i64), g.succ_ptr.astype(i64),
+        "incsched.policy.placement_kernel:decode_rows",
+        g.pred_ptr.astype(i64), g.pred_idx.astype(i64), g.pred_edge.astype(i64), g.succ_ptr.astype(i64),
         g.succ_idx.astype(i64), g.in_degree.astype(i64), np.flatnonzero(g.in_degree == 0).astype(i64),
         problem.durations().astype(np.float64), problem.transfer_ticks().astype(np.float64),
         edge_cost.astype(np.float64), in_total.astype(np.float64), 1.0 / unit,

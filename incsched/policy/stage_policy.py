@@ -423,7 +423,8 @@ class StagePolicy(nn.Module):
         uniforms = rng.random((len(greedy), g.n_nodes)) if n_sampled else np.zeros((len(greedy), 0))
         cap = problem.capacity_array()
         return call_compiled(  # numba: imported and compiled at the first decode, not with the policy
-            "incsched.policy.stage_kernel:decode_rows", gt.order.astype(np.int64), g.pred_ptr.astype(np.int64), g.pred_idx.astype(np.int64), g.pred_edge.astype(np.int64),
+            "incsched.policy.stage_kernel:decode_rows",
+            gt.order.astype(np.int64), g.pred_ptr.astype(np.int64), g.pred_idx.astype(np.int64), g.pred_edge.astype(np.int64),
             gt.units, gt.params, np.zeros(problem.n_stages) if cap is None else np.asarray(cap, dtype=np.float64), cap is not None,
             hp.node_base, hp.stage_rows, hp.load_coef, hp.b_room, hp.b_fits, hp.b_rise, hp.b_min, hp.ks_cross, hp.B_dyn, hp.w,
             hp.T, hp.P, hp.target, greedy, uniforms, 1.0 / temperature,
