@@ -61,10 +61,11 @@ def stage_lower_bound(problem: StageProblem) -> int | Fraction:
     return exact_number(sum((w[t] * b for t, b in stage_term_bounds(problem).items()), Fraction(0)))
 
 
-def placement_lower_bound(problem: PlacementProblem) -> int:
+def placement_lower_bound(problem: PlacementProblem, should_stop=None) -> int:
     """The strongest combinatorial makespan bound, in ticks (`placement_bounds.placement_bound`).
 
     At least max(critical path with free transfers, total fastest work / devices); the families
     there also charge the transfers no schedule avoids and the work that cannot spread over devices.
+    ``should_stop`` (asked between families) ends it early, still a bound.
     """
-    return placement_bound(problem)
+    return placement_bound(problem, should_stop)

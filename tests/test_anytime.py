@@ -15,7 +15,7 @@ import pytest
 
 from incsched.evaluate import evaluate_stages
 from incsched.formats import save_graph
-from incsched.generators import icml24_like, layered_dag
+from incsched.generators import bandwidth_for_comm_ratio, icml24_like, layered_dag, transformer_block
 from incsched.problems import PlacementProblem, StageProblem
 from incsched.solve import SolveArgumentError, solve
 
@@ -146,6 +146,19 @@ def test_the_clock_holds_for_placements():
     r = solve(p, "inc-ilp", time_limit=2.0, deterministic=False, workers=2)
     assert time.perf_counter() - started <= 1.05 * 2.0 + 1.0
     assert r.status in ("feasible", "optimal", "window_optimal")
+
+
+def test_the_clock_holds_on_a_10000_op_placement():
+    # The combinatorial bound alone takes about 9 s of pure Python here: it comes after the
+    # answer, and the clock cuts it (once 11.8 s for critical-path list with time_limit=5).
+    g = transformer_block(n_blocks=98, seed=0)
+    p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0, "cpu"))
+    for method in ("critical_path_list", "inc-ilp"):
+        started = time.perf_counter()
+        r = solve(p, method, time_limit=3.0)
+        assert time.perf_counter() - started <= 1.05 * 3.0 + 1.0, method
+        assert r.status == "feasible" and r.stop_reason == "time" and not r.reproducible, method
+        assert p.lower_bound_ticks() <= r.lower_bound <= r.objective
 
 
 def test_a_run_bounded_by_work_is_byte_identical(big_stage):

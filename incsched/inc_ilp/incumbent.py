@@ -54,11 +54,12 @@ _SLOW_CANDIDATES = {"stage": (), "placement": ("local_search",)}
 
 #: Seconds per node a candidate may take, measured on this 2-core machine and rounded up
 #: (stage: rand_graph_1000/5000/10000, dp_local_search 0.2 / 3.6 / 7.6 s, the policy 1.4 / 0.2 /
-#: 1.6 s warm; placement: local search 1-3 s on 100-300 ops). A candidate whose estimate exceeds
+#: 1.6 s warm; placement: local search 1-3 s on 100-300 ops, the policy 0.14 s on 1,021 ops and
+#: 0.55 s on 9,997 warm, the doppler experiment's speed profile). A candidate whose estimate exceeds
 #: `_PORTFOLIO_SHARE` of the time limit is skipped and the log says so: pure-Python candidates
 #: cannot be stopped half-way, and the clock must hold. A rule on size and limit, so it repeats.
 _COST_PER_NODE = {"stage": {"pipedream_dp": 1e-4, "dp_local_search": 1e-3, "rl": 3e-4},
-                  "placement": {"local_search": 1e-2, "rl": 1e-2}}
+                  "placement": {"local_search": 1e-2, "rl": 2e-4}}
 _PORTFOLIO_SHARE = 0.25
 
 #: Local-search assignments per nominal second of budget, and at most (about a millisecond each on
