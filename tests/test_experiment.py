@@ -109,6 +109,9 @@ def tiny_run(tmp_path_factory):
     (lambda t: t.replace("[[graphs]]", "[[graph]]", 1), "graph: unknown key"),
     (lambda t: t + "\n[[graphs]]\nshipped = ['resnet5']\n", "graphs[2].shipped: no shipped graph 'resnet5'"),
     (lambda t: t.replace("args = { n_nodes = 24 }", "args = { n_nodes = 24 "), "not valid TOML"),
+    (lambda t: t.replace("stages = [2]", 'stages = [2]\nobjective = "speed"'), "problems[0].objective: must be"),
+    (lambda t: t.replace("stages = [2]", "stages = [2]\nmemory = 1000"), "problems[0].memory: belongs to objective = 'throughput'"),
+    (lambda t: t.replace("stages = [2]", 'stages = [2]\nobjective = "memory"\nalpha = 3'), "problems[0].objective: 'memory' is an objective"),
 ])
 def test_bad_config_names_the_key(tmp_path, edit, key):
     cfg = tiny(tmp_path)
@@ -149,6 +152,21 @@ def test_profile_replaces_top_level_keys(tmp_path):
     with pytest.raises(ConfigError, match=r"tiny\.toml: profiles\.quick\.methods\[0\]\.time_limit: must be a finite number > 0"):
         load_experiment(cfg, "quick")
     assert load_experiment(cfg).methods[0].time_limit == 10  # the profile's mistake is the profile's
+
+
+def test_stage_cells_take_the_memory_and_throughput_objectives(tmp_path):
+    text = TINY.format(graph_seed=3, ilp_limit=10).replace(
+        'kind = "stage"\nstages = [2]',
+        'kind = "stage"\nstages = [2]\n\n'
+        '[[problems]]\nkind = "stage"\nstages = [2]\nobjective = "throughput"\nbandwidth = 1e6\nmemory = 100000000\nmicro_batches = 2\n\n'
+        '[[problems]]\nkind = "stage"\nstages = [2]\nobjective = "memory"')
+    _, _, _, rows = run_text(tmp_path, text)
+    stage = {r["cell"]["instance"]: r["result"] for r in rows
+             if r["cell"]["problem"] == "stage" and r["cell"]["method"] == "ilp" and r["cell"]["graph"].startswith("respect_like")}
+    assert set(stage) == {"K=2", "K=2 throughput", "K=2 memory"}
+    assert stage["K=2 throughput"]["objective"] == stage["K=2 throughput"]["terms"]["stage_time_peak"]
+    assert stage["K=2 memory"]["objective"] == stage["K=2 memory"]["terms"]["mem_peak"]
+    assert "stage_time_peak" not in stage["K=2"]["terms"]
 
 
 @pytest.mark.parametrize("name", ["inc_ilp", "respect", "icml24", "doppler", "hsdag", "fidelity", "training"])

@@ -67,8 +67,10 @@ class GraphSpec:
 class ProblemSpec:
     """A stage problem per K in ``stages`` or a placement problem per count in ``devices``.
 
-    Placement links: ``bandwidth`` in bytes/s, or ``comm_ratio`` (a mean transfer is that many
-    mean ops, DOPPLER's setting), plus ``latency`` seconds.
+    Stage objective: ``"peer"`` (``alpha`` or ``weights``; the default), ``"memory"`` (mem_peak
+    alone) or ``"throughput"`` (`StageProblem.pipeline`: ``memory`` bytes per stage, ``bandwidth``
+    of its sends, ``micro_batches``). Placement links: ``bandwidth`` in bytes/s, or ``comm_ratio``
+    (a mean transfer is that many mean ops, DOPPLER's setting), plus ``latency`` seconds.
     """
 
     kind: str
@@ -80,6 +82,9 @@ class ProblemSpec:
     comm_ratio: float | None = None
     bandwidth: float | None = None
     latency: float = 0.0
+    objective: str = "peer"
+    memory: int | None = None
+    micro_batches: int = 4
 
 
 @dataclass(frozen=True)
@@ -292,13 +297,24 @@ def _graph(t: dict, where: str, src: str) -> GraphSpec:
 def _problem(t: dict, where: str, src: str) -> ProblemSpec:
     kind = _get(t, "kind", str, where, src, required=True)
     if kind == "stage":
-        _known(t, {"kind", "stages", "alpha", "weights", "capacity"}, where, src)
+        _known(t, {"kind", "stages", "alpha", "weights", "capacity", "objective", "memory", "bandwidth", "micro_batches"}, where, src)
         if "stages" not in t:
             raise ConfigError(f"{src}: {where}.stages: missing (a list of stage counts, e.g. [2, 4, 8])")
         weights = _weights(t.get("weights"), f"{where}.weights", src)
+        objective = _get(t, "objective", str, where, src, default="peer")
+        if objective not in ("peer", "memory", "throughput"):
+            raise ConfigError(f"{src}: {where}.objective: must be 'peer', 'memory' or 'throughput', got {objective!r}")
+        if objective != "peer" and (weights is not None or "alpha" in t):
+            raise ConfigError(f"{src}: {where}.objective: {objective!r} is an objective of its own; 'alpha' and 'weights' belong to 'peer'")
+        for key in ("memory", "bandwidth", "micro_batches"):
+            if key in t and objective != "throughput":
+                raise ConfigError(f"{src}: {where}.{key}: belongs to objective = 'throughput'")
         return ProblemSpec("stage", stages=tuple(_ints(t["stages"], f"{where}.stages", src, low=1, high=1024)),
                            alpha=_number(t, "alpha", where, src, default=100.0, low=0.0), weights=weights,
-                           capacity=_get(t, "capacity", int, where, src, default=None, low=0))
+                           capacity=_get(t, "capacity", int, where, src, default=None, low=0), objective=objective,
+                           memory=_get(t, "memory", int, where, src, default=None, low=1),
+                           bandwidth=_number(t, "bandwidth", where, src, default=None, low=0.0, above=True),
+                           micro_batches=_get(t, "micro_batches", int, where, src, default=4, low=1))
     if kind == "placement":
         _known(t, {"kind", "devices", "comm_ratio", "bandwidth", "latency"}, where, src)
         if "devices" not in t:

@@ -80,7 +80,10 @@ def _graphs(spec: GraphSpec, base_dir: Path, notes: list[str]) -> Iterator[tuple
 def _recipes(spec: ProblemSpec, graph) -> Iterator[tuple[str, ProblemRecipe]]:
     if spec.kind == "stage":
         for k in spec.stages:
-            yield f"K={k}", ProblemRecipe("stage", n_stages=k, alpha=spec.alpha, weights=spec.weights, capacity=spec.capacity)
+            label = f"K={k}" if spec.objective == "peer" else f"K={k} {spec.objective}"  # two objectives, two rows per graph
+            yield label, ProblemRecipe("stage", n_stages=k, alpha=spec.alpha, weights=spec.weights, capacity=spec.capacity,
+                                          objective=spec.objective, memory=spec.memory, bandwidth=spec.bandwidth,
+                                          micro_batches=spec.micro_batches)
     else:
         from ..generators import bandwidth_for_comm_ratio
 
