@@ -349,11 +349,7 @@ def _dp_cuts(problem: StageProblem, order, mem, ticks, mem_cap, time_cap) -> np.
         f = nf
     if not np.isfinite(f[n]):
         return None
-    cuts = [n]
-    for k in range(K - 1, 0, -1):
-        cuts.append(int(back[k, cuts[-1]]))
-    cuts.append(0)
-    return np.asarray(cuts[::-1], dtype=np.int64)
+    return _backtrack(back, n)
 
 
 def _sends_at_cuts(problem: StageProblem, order: np.ndarray) -> np.ndarray:
@@ -416,9 +412,14 @@ def _pipeline_cuts(ticks, sends, mem, params, caps, cap: int) -> np.ndarray | No
         reach = ok
     if not reach[n]:
         return None
+    return _backtrack(starts, n)
+
+
+def _backtrack(start: np.ndarray, n: int) -> np.ndarray:
+    """The K + 1 cut positions from ``start[k, i]``, where stage k starts when it ends before i."""
     cuts = [n]
-    for k in range(K - 1, 0, -1):
-        cuts.append(int(starts[k, cuts[-1]]))
+    for k in range(start.shape[0] - 1, 0, -1):
+        cuts.append(int(start[k, cuts[-1]]))
     cuts.append(0)
     return np.asarray(cuts[::-1], dtype=np.int64)
 
