@@ -33,7 +33,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The quick profile of every shipped experiment (incsched/data/experiments), each with its report
+# The quick profile of every shipped experiment (data/experiments), each with its report
 # (tables, plots) under out/experiments/NAME-quick/report; at most 10 minutes on 2 cores.
 EXPERIMENTS := inc_ilp respect icml24 doppler hsdag fidelity training
 experiments: $(STAMP)
@@ -42,9 +42,9 @@ experiments: $(STAMP)
 		$(VENV)/bin/incsched experiment report out/experiments/$$e-quick || exit 1; \
 	done
 
-# Re-capture every shipped graph in incsched/data/graphs from the real models (random weights, offline).
+# Re-capture every shipped graph in data/graphs from the real models (random weights, offline).
 graphs: $(STAMP)
-	$(PY) scripts/capture_shipped_graphs.py --out incsched/data/graphs
+	$(PY) scripts/capture_shipped_graphs.py --out data/graphs
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,6 +1,6 @@
 """Benchmark: issue 16's "Done when", side by side in one run, as a thin caller of `solve()`.
 
-Every number comes from `incsched.solve.solve` (or the `incsched solve` CLI); nothing here schedules.
+Every number comes from `incsched.front_door.solve` (or the `incsched solve` CLI); nothing here schedules.
 Each part prints the exact command line, the machine (CPU model, cores, load average before and
 after), the library versions and markdown tables; ``--json OUT`` writes the same rows. Wall ratio is
 ``wall / (1.05 * time_limit + 1)``: above 1 the run broke the user's clock.
@@ -16,7 +16,7 @@ after), the library versions and markdown tables; ``--json OUT`` writes the same
         python benchmarks/anytime.py placement --time-limit 60 --json placement.json
         python benchmarks/anytime.py placement --time-limit 60 --deterministic      # 1 worker
 
-(b) Stage, shipped graphs (incsched/data/graphs, peer objective alpha=100, K in {2, 4, 8}): inc-ilp against
+(b) Stage, shipped graphs (data/graphs, peer objective alpha=100, K in {2, 4, 8}): inc-ilp against
     the cold full model ``ilp``, interleaved instance by instance (which runs first alternates).
     Targets: inc-ilp optimal on all; cold ilp's total wall / inc-ilp's total wall >= 5.
 
@@ -92,10 +92,10 @@ from incsched.generators import (  # noqa: E402
 from incsched.problems import PlacementProblem, StageProblem  # noqa: E402
 from incsched.problems import Placement  # noqa: E402
 from incsched.result import library_versions  # noqa: E402
-from incsched.solve import solve  # noqa: E402
+from incsched.front_door import solve  # noqa: E402
 
 ICML = REPO.parent / "shared" / "benchmarks" / "icml24"
-SHIPPED = REPO / "incsched" / "data" / "graphs"
+SHIPPED = REPO / "data" / "graphs"
 
 #: (a) DOPPLER-shaped graphs, 84-324 ops (the issue's were 76-367).
 PLACEMENT_GRAPHS = {

@@ -16,7 +16,7 @@ import time
 
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.problems import PlacementProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 
 
 def main(argv: list[str] | None = None) -> int:

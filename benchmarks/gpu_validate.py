@@ -47,7 +47,7 @@ from incsched.execute.calibrate import calibrated_devices, measure_links, profil
 from incsched.jsonio import write_json
 from incsched.problems import PlacementProblem, StageProblem
 from incsched.problems import Placement
-from incsched.solve import solve
+from incsched.front_door import solve
 
 log = logging.getLogger("gpu_validate")
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from incsched.capture import capture, zoo  # noqa: E402
 from incsched.export import split_spec_names  # noqa: E402
 from incsched.problems import StageProblem  # noqa: E402
-from incsched.solve import solve  # noqa: E402
+from incsched.front_door import solve  # noqa: E402
 
 MIB = 2**20
 

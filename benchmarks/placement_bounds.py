@@ -3,7 +3,7 @@
 For generated graphs like issue 16's (``generators.dataflow`` chained_matmul, ffnn,
 transformer_block with 1-2 blocks; transfers about 4x compute; 4 and 8 identical devices) this
 prints, per instance: the old bound (`PlacementProblem.lower_bound_ticks`), the new one
-(`incsched.placement_bounds.placement_bound`) with each family's value and compute time, the best
+(`incsched.bounds.placement.placement_lower_bound`) with each family's value and compute time, the best
 makespan known (the best of the placement baselines, `local_search`, and ``solve(problem, "rl",
 time_limit=...)``), and the gaps (UB - LB) / UB with either bound. Upper bounds can be cached in
 a JSON file (``--cache``) so the bounds can be re-measured without re-solving.
@@ -26,7 +26,8 @@ from incsched.baselines.placement import critical_path_list, heft  # noqa: E402
 from incsched.baselines.placement_local import local_search  # noqa: E402
 from incsched.evaluate.simulate import simulate  # noqa: E402
 from incsched.generators import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block  # noqa: E402
-from incsched.placement_bounds import placement_bound_cpsat, placement_bound_details  # noqa: E402
+from incsched.bounds.placement import placement_bound_details  # noqa: E402
+from incsched.inc_ilp.exact_bounds import placement_bound_cpsat  # noqa: E402
 from incsched.problems.placement import PlacementProblem  # noqa: E402
 from incsched.solvers import SolverSettings  # noqa: E402
 
@@ -51,7 +52,7 @@ def upper_bound(p: PlacementProblem, rl_seconds: float) -> tuple[int, str]:
         if best is None or m < best:
             best, who = int(m), name
     if rl_seconds > 0:
-        from incsched.solve import solve
+        from incsched.front_door import solve
 
         res = solve(p, "rl", time_limit=rl_seconds)
         if res.objective is not None and int(res.objective) < best:
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
         if sel:
             mean = {k: sum(r[k] for r in sel) / len(sel) for k in ("gap_old", "gap_new", "gap_cpsat")}
             print(f"mean gap, {D} devices: old {mean['gap_old']:.1%}, new {mean['gap_new']:.1%}, new+cpsat {mean['gap_cpsat']:.1%}"
-                  f" ({len(sel)} instances; placement_bound max {max(r['seconds_new'] for r in sel):.2f} s,"
+                  f" ({len(sel)} instances; placement_lower_bound max {max(r['seconds_new'] for r in sel):.2f} s,"
                   f" placement_bound_cpsat max {max(r['seconds_cpsat'] for r in sel):.1f} s)")
     print(f"load {_load()} (end)")
     if args.json:

@@ -44,7 +44,7 @@ from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems.decompose import compose, segments, subproblem
 from incsched.problems import Placement, PlacementProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.placement_segments import segment_bound, segment_proof_bound
 

@@ -1,6 +1,6 @@
 """The learned placement policy against critical-path list, HEFT and inc-ilp, and its inference
 time: a thin wrapper over the experiment config that replaced this benchmark,
-`incsched/data/experiments/doppler.toml` (its default profile: DOPPLER-shaped graphs of 103-234
+`data/experiments/doppler.toml` (its default profile: DOPPLER-shaped graphs of 103-234
 ops on 4 and 8 devices; then its ``speed`` profile: transformer blocks of 1,021 and 9,997 ops).
 Runs each profile through the experiment engine (resumable, rows with their provenance) and prints
 its report; the same as

@@ -1,6 +1,6 @@
 """The learned stage pre-scheduler against the heuristics and the proven optimum, and its inference
 time: a thin wrapper over the experiment config that replaced this benchmark,
-`incsched/data/experiments/respect.toml` (its default profile: the shipped graphs at K 2/4/8 and
+`data/experiments/respect.toml` (its default profile: the shipped graphs at K 2/4/8 and
 held-out RESPECT-like graphs; then its ``speed`` profile: 1,000- and 10,000-node generated graphs).
 Runs each profile through the experiment engine (resumable, rows with their provenance) and prints
 its report; the same as

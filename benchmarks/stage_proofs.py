@@ -6,7 +6,7 @@ each stage's parameters ``<= mem_peak``, ``comm_total`` linear in the stages, mi
 ``alpha * mem_peak + comm_total``, CP-SAT with 2 workers and no hint. inc-ilp is `solve()` as a
 user calls it (``method="inc-ilp"``, the default settings unless ``--workers``/``--parallel``).
 
-Instances: the shipped graphs (incsched/data/graphs) with K in {2, 4, 6, 8}, plus generated deep
+Instances: the shipped graphs (data/graphs) with K in {2, 4, 6, 8}, plus generated deep
 residual and inception-like graphs of 200-800 nodes (deterministic, parameter bytes of 3x3 / 1x1
 convolutions), peer objective (``alpha`` 1 by default, one unit per data-carrying edge and
 boundary). Interleaved instance by instance (which runs first alternates); an instance both sides
@@ -43,9 +43,9 @@ from incsched.evaluate.stage import evaluate_stages  # noqa: E402
 from incsched.formats import load_graph  # noqa: E402
 from incsched.graph import CompGraph  # noqa: E402
 from incsched.problems import StageProblem  # noqa: E402
-from incsched.solve import solve  # noqa: E402
+from incsched.front_door import solve  # noqa: E402
 
-SHIPPED = REPO / "incsched" / "data" / "graphs"
+SHIPPED = REPO / "data" / "graphs"
 SHIPPED_NAMES = ("bert_base", "densenet121", "efficientnet_b0", "gpt2", "inception_v3", "mobilenet_v3_large",
                  "resnet18", "resnet50", "vgg16", "vit_b_16")
 KS = (2, 4, 6, 8)

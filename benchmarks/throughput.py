@@ -1,6 +1,6 @@
 """Benchmark: the throughput objective's split against the published pipeline partitioners.
 
-For each shipped graph (``incsched/data/graphs``) and K: inc-ilp on `StageProblem.pipeline` (sends
+For each shipped graph (``data/graphs``) and K: inc-ilp on `StageProblem.pipeline` (sends
 at ``--bandwidth`` bytes/s, ``--micro-batches`` in flight, ``--memory`` per stage if given) against
 torchgpipe's ``balance_by_time``, DeepSpeed's ``uniform`` and ``parameters``, the PipeDream/Alpa-
 style DP (``pipeline_dp``) and the default objective's optimum (``peer``): the predicted
@@ -35,7 +35,7 @@ from incsched.formats import load_graph  # noqa: E402
 from incsched.evaluate.stage import evaluate_stages  # noqa: E402
 from incsched.problems.stage import StageProblem  # noqa: E402
 from incsched.result import Result  # noqa: E402
-from incsched.solve import solve  # noqa: E402
+from incsched.front_door import solve  # noqa: E402
 
 BASELINES = ("balance_by_time", "uniform", "parameters", "pipeline_dp")
 MIB = 2**20

@@ -263,7 +263,7 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train a learned pre-scheduler (reproduces the shipped checkpoints)")
     tr.add_argument("policy", choices=["stage", "placement"])
-    tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out incsched/data/models/stage_policy.pt; "
+    tr.add_argument("args", nargs=argparse.REMAINDER, help="passed on, e.g. --out data/models/stage_policy.pt; "
                     "--kernels native|avx2|portable trains in a child process under those CPU kernels")
     tr.set_defaults(run=_train)
 
@@ -332,7 +332,7 @@ def _validate(args) -> int:
         captured = dataclasses.replace(captured, graph=graph)
     else:
         if timed.structure_digest() != captured.graph.structure_digest():
-            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at granularity {granularity} (nodes or edges differ)")
+            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at op granularity (nodes or edges differ)")
         # the times and what they were measured under (threads, device), so notes judge the right ones
         meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
@@ -549,16 +549,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------- graph commands
 
 
-def _is_shipped_name(arg: str) -> bool:
-    """A bare name (no folder, no extension) that is not a file here names a shipped graph."""
-    return bool(arg) and not os.path.exists(arg) and os.sep not in arg and "." not in arg
-
-
 def _read_graph(path: str, edges: str | None):
-    if _is_shipped_name(path):  # `incsched solve resnet50`: a graph the package ships
-        from .data import shipped_graph_path
-
-        path = str(shipped_graph_path(path))
     if path.endswith(".csv"):  # a node table; its edge table comes with --edges
         from .formats.csv_tables import read_csv_tables
 
@@ -769,7 +760,7 @@ def _parse_weights(text: str) -> dict[str, int | float]:
 
 
 def _solve(args) -> int:
-    from .solve import solve
+    from .front_door import solve
 
     graph = _read_graph(args.graph, None)
     problem = _recipe(args).build(graph)
@@ -848,7 +839,7 @@ def _export(args) -> int:
         loaded = _load_model(args)
         captured = capture(loaded.model, loaded.example_inputs, method=args.method, coarsen=args.coarsen, name=loaded.name)
         if graph is not None and graph.structure_digest() != captured.graph.structure_digest():
-            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at granularity {granularity} (nodes or edges differ)")
+            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at op granularity (nodes or edges differ)")
         stages = pipeline_stages(captured, result, n_stages=len(result.terms.get("stage_mem") or []) or None, source=args.result)
         written = stages.save(args.output)
         print(f"{stages.n_stages} PipelineStage modules of {loaded.name} -> {args.output} ({', '.join(p.name for p in written)})")

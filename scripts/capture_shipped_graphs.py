@@ -1,9 +1,9 @@
-"""Re-capture the real-model graphs shipped in incsched/data/graphs (random weights, nothing downloaded).
+"""Re-capture the real-model graphs shipped in data/graphs (random weights, nothing downloaded).
 
 A thin caller of `incsched.capture`: for every zoo model, batch 1, trivial coarsening and (by default)
 measured CPU times, it writes ``<model>.json.gz`` and a README.md table describing them.
 
-    python scripts/capture_shipped_graphs.py --out incsched/data/graphs [--models resnet50 bert_base] [--no-measure]
+    python scripts/capture_shipped_graphs.py --out data/graphs [--models resnet50 bert_base] [--no-measure]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ log = logging.getLogger("capture_shipped_graphs")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("incsched/data/graphs"), help="folder for the graphs and README.md")
+    parser.add_argument("--out", type=Path, default=Path("data/graphs"), help="folder for the graphs and README.md")
     parser.add_argument("--models", nargs="+", default=list(zoo.MODELS), choices=zoo.MODELS, metavar="MODEL")
     parser.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True, help="time every node on CPU")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per node (median kept)")
@@ -67,7 +67,7 @@ def readme(graphs, args) -> str:
             f"| {'-' if cpu is None else f'{cpu * 1e3:.1f}'} | {load(g)} | {g.meta['capture_seconds']:.1f} |"
         )
     versions = f"torch {torch.__version__.split('+')[0]}, Python {platform.python_version()}"
-    command = "python scripts/capture_shipped_graphs.py --out incsched/data/graphs" + ("" if args.measure else " --no-measure")
+    command = "python scripts/capture_shipped_graphs.py --out data/graphs" + ("" if args.measure else " --no-measure")
     return f"""# Shipped graphs of real models
 
 Computation graphs captured from real PyTorch models with `incsched.capture` (torch.export, one node

@@ -5,9 +5,9 @@ unverified JSON beside it; the shared format (`incsched.policy.checkpoint`) keep
 dict in the ``.pt`` and moves the rest, with the weights' SHA-256 and the feature layout, to the
 ``.json``. No training: every tensor is written back byte for byte (checked before returning), and
 the metrics rows are renamed into `incsched.train.metrics`' vocabulary. Run once on the shipped
-``incsched/data/models/placement_policy.pt``:
+``data/models/placement_policy.pt``:
 
-    .venv/bin/python scripts/upgrade_placement_checkpoint.py incsched/data/models/placement_policy.pt
+    .venv/bin/python scripts/upgrade_placement_checkpoint.py data/models/placement_policy.pt
 """
 
 from __future__ import annotations

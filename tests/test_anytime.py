@@ -17,7 +17,7 @@ from incsched.evaluate import evaluate_stages
 from incsched.formats import save_graph
 from incsched.generators import bandwidth_for_comm_ratio, icml24_like, layered_dag, transformer_block
 from incsched.problems import PlacementProblem, StageProblem
-from incsched.solve import SolveArgumentError, solve
+from incsched.front_door import SolveArgumentError, solve
 
 pytestmark = pytest.mark.slow  # long solves against the clock, SIGINT, byte-identical reruns
 
@@ -74,7 +74,7 @@ _SIGINT_WHILE_COMPILING = """
 import os, signal, sys, threading, time
 from incsched.generators import icml24_like
 from incsched.problems import PlacementProblem, StageProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 
 def interrupt_the_compiler():  # Ctrl-C a moment into the first decode (numba's import, its compile)
     while not any(t.name.startswith("compile ") for t in threading.enumerate()):
@@ -107,7 +107,7 @@ _POLICY_ON_A_SHORT_CLOCK = """
 import json, sys, time
 from incsched.generators import icml24_like
 from incsched.problems import StageProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 
 problem = StageProblem.peer(icml24_like(300, seed=1), n_stages=4)
 started = time.perf_counter()

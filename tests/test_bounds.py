@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from incsched.bounds import placement_lower_bound, stage_lower_bound, stage_term_bounds
 from incsched.evaluate.simulate import simulate
 from incsched.graph import CompGraph
-from incsched.placement_bounds import placement_bound
 from incsched.problems import Device, Links, Placement, PlacementInfeasibleError, PlacementProblem
 from incsched.problems.stage import ObjectiveWeights, StageProblem
 from test_exact import brute_force
@@ -164,11 +163,11 @@ def test_placement_bounds_never_exceed_the_brute_force_optimum(p):
     assert simulate(p, Placement.from_assignment(dev, p.n_devices, priority=pos)).makespan == opt
     assert type(placement_lower_bound(p)) is int
     assert placement_lower_bound(p) <= opt
-    assert placement_lower_bound(p) <= placement_bound(p) <= opt
+    assert placement_lower_bound(p) <= placement_lower_bound(p) <= opt
 
 
 def test_placement_bound_is_tight_on_a_chain():
     # one device, a chain: the optimum is the sum of the durations, and both bounds reach it
     g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], out_bytes=[1, 1, 0], compute_time={"cpu": [2.0, 3.0, 4.0]})
     p = PlacementProblem(g, [Device("d0")], time_unit=1.0)
-    assert brute_force_placement(p)[0] == 9 == placement_lower_bound(p) == placement_bound(p)
+    assert brute_force_placement(p)[0] == 9 == placement_lower_bound(p) == placement_lower_bound(p)

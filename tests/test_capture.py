@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from incsched.capture import Capture, capture, from_module, zoo
 from incsched.capture.trace import op_kind
-from incsched.coarsen import TRIVIAL_OPS
+from incsched.graph.coarsen import TRIVIAL_OPS
 from incsched.errors import CaptureError
 
 pytestmark = pytest.mark.slow
@@ -212,7 +212,7 @@ def test_shipped_graphs_load_and_match_the_schema():
 
     root = Path(__file__).resolve().parents[1]
     schema = json.loads((root / "incsched" / "schemas" / "graph-v1.schema.json").read_text())
-    files = sorted((root / "incsched" / "data" / "graphs").glob("*.json.gz"))
+    files = sorted((root / "data" / "graphs").glob("*.json.gz"))
     assert {f.name.removesuffix(".json.gz") for f in files} >= {"resnet50", "inception_v3", "bert_base"}
     for path in files:
         g = load_graph(path)

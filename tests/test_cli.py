@@ -102,7 +102,7 @@ def test_convert_csv_round_trip(small_graph_file, tmp_path):
 
 
 def test_shipped_graph_info(capsys):
-    shipped = sorted((REPO / "incsched" / "data" / "graphs").glob("*.json.gz"))
+    shipped = sorted((REPO / "data" / "graphs").glob("*.json.gz"))
     if not shipped:
         pytest.skip("no shipped graphs")
     assert main(["graph", "info", str(shipped[0])]) == 0
@@ -112,7 +112,7 @@ def test_shipped_graph_info(capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["threads", "pipelining"])
 def test_validate_executes_a_solved_result(tmp_path, capsys, runtime):
-    graph = REPO / "incsched" / "data" / "graphs" / "resnet18.json.gz"
+    graph = REPO / "data" / "graphs" / "resnet18.json.gz"
     result = tmp_path / "r.json"
     assert main(["solve", str(graph), "--stages", "2", "--method", "contiguous_params", "--json", str(result)]) == 0
     out_json = tmp_path / "v.json"
@@ -131,8 +131,8 @@ def test_validate_executes_a_solved_result(tmp_path, capsys, runtime):
 @pytest.mark.slow
 def test_validate_rejects_a_result_for_another_model(tmp_path, capsys):
     result = tmp_path / "r.json"
-    assert main(["solve", str(REPO / "incsched/data/graphs/resnet18.json.gz"), "--stages", "2", "--method", "asap", "--json", str(result)]) == 0
-    vgg = str(REPO / "incsched/data/graphs/vgg16.json.gz")
+    assert main(["solve", str(REPO / "data/graphs/resnet18.json.gz"), "--stages", "2", "--method", "asap", "--json", str(result)]) == 0
+    vgg = str(REPO / "data/graphs/vgg16.json.gz")
     assert main(["validate", "--model", "vgg16", "--result", str(result), "--graph", vgg, "--repeats", "1"]) == 1
     assert "assigns 69 nodes" in capsys.readouterr().err
 
@@ -175,7 +175,7 @@ def test_solve_rejects_a_file_that_is_not_a_links_file(small_graph_file, tmp_pat
 
 
 def test_solve_starts_inc_ilp_from_the_named_prescheduler(tmp_path, capsys):
-    graph = REPO / "incsched/data/graphs/resnet18.json.gz"
+    graph = REPO / "data/graphs/resnet18.json.gz"
     result = tmp_path / "r.json"
     assert main(["solve", str(graph), "--stages", "4", "--preschedule", "rl", "--time-limit", "10", "--json", str(result)]) == 0
     saved = json.loads(result.read_text())
@@ -185,7 +185,7 @@ def test_solve_starts_inc_ilp_from_the_named_prescheduler(tmp_path, capsys):
 
 @pytest.mark.parametrize("flag", ["--method", "--preschedule"])
 def test_solve_names_an_unknown_method_or_prescheduler(flag, capsys):
-    assert main(["solve", str(REPO / "incsched/data/graphs/vgg16.json.gz"), "--stages", "2", flag, "nope"]) == 1
+    assert main(["solve", str(REPO / "data/graphs/vgg16.json.gz"), "--stages", "2", flag, "nope"]) == 1
     err = capsys.readouterr().err
     assert "unknown" in err and "'nope'" in err and "contiguous_params" in err
 

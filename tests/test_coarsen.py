@@ -1,4 +1,4 @@
-"""Tests of incsched.coarsen: quotients of random DAGs and the three coarsening strategies."""
+"""Tests of incsched.graph.coarsen: quotients of random DAGs and the three coarsening strategies."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from incsched.coarsen import TRIVIAL_OPS, coarsen, fuse_chains, fuse_trivial, group_by_module, quotient
+from incsched.graph.coarsen import TRIVIAL_OPS, coarsen, fuse_chains, fuse_trivial, group_by_module, quotient
 from incsched.errors import CycleError, GraphError
 from incsched.graph import CompGraph
 

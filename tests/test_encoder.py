@@ -184,7 +184,7 @@ def test_shipped_stage_policy_is_bitwise_the_same_with_either_layer(graph):
     pyg, _ = load_stage_policy(conv="torch_geometric")
     assert isinstance(plain.encoder.layers[0].conv_fwd, PlainGINEConv)
     assert isinstance(pyg.encoder.layers[0].conv_fwd, GINEConv)
-    p = StageProblem(load_graph(ROOT / "incsched" / "data" / "graphs" / f"{graph}.json.gz"), 4)
+    p = StageProblem(load_graph(ROOT / "data" / "graphs" / f"{graph}.json.gz"), 4)
     gt = graph_tensors(p)
     assert_same_embeddings(pyg.encoder, plain.encoder, gt.x, gt.edge_index, gt.edge_attr)
     assert np.array_equal(plain.decode(p).stages, pyg.decode(p).stages)
@@ -200,7 +200,7 @@ def test_shipped_placement_policy_is_bitwise_the_same_with_either_layer(graph):
     pyg = load_placement_policy(conv="torch_geometric")
     assert isinstance(plain.encoder.layers[0].conv_fwd, PlainGINEConv)
     assert isinstance(pyg.encoder.layers[0].conv_fwd, GINEConv)
-    p = PlacementProblem.identical(load_graph(ROOT / "incsched" / "data" / "graphs" / f"{graph}.json.gz"), 4, kind="cpu", bandwidth=1e10)
+    p = PlacementProblem.identical(load_graph(ROOT / "data" / "graphs" / f"{graph}.json.gz"), 4, kind="cpu", bandwidth=1e10)
     ha, hb = plain.numpy_heads(p), pyg.numpy_heads(p)
     for name in ("sel_part", "plc_part", "sel_dyn", "sel_out", "plc_dyn", "plc_out"):
         assert np.array_equal(getattr(ha, name), getattr(hb, name)), name
@@ -247,7 +247,7 @@ from incsched.policy.placement_policy import load_placement_policy, preschedule 
 from incsched.policy.stage_policy import load_stage_policy, preschedule_sampled
 from incsched.problems.placement import PlacementProblem
 from incsched.problems.stage import StageProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 
 g = transformer_block(n_blocks=1, heads=4, ffn_tiles=2, jitter=0.1, seed=0)
 stage_policy, _ = load_stage_policy()
@@ -272,7 +272,7 @@ print("RL_INFERENCE_WITHOUT_TORCH_GEOMETRIC", type(stage_policy.encoder.layers[0
 @pytest.mark.slow
 @SHIPPED
 def test_inference_in_a_fresh_process_does_not_import_torch_geometric():
-    run = subprocess.run([sys.executable, "-c", INFERENCE_SCRIPT, str(ROOT / "incsched" / "data" / "graphs" / "resnet18.json.gz")],
+    run = subprocess.run([sys.executable, "-c", INFERENCE_SCRIPT, str(ROOT / "data" / "graphs" / "resnet18.json.gz")],
                          check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "RL_INFERENCE_WITHOUT_TORCH_GEOMETRIC PlainGINEConv PlainGINEConv inc-ilp inc-ilp rl" in run.stdout, run.stdout[-2000:]

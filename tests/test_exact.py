@@ -28,7 +28,7 @@ from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import check_model_range, solve_stage
 
 FAST = SolverSettings(time_limit=10.0, deterministic=True)
-DATA = Path(__file__).resolve().parent.parent / "incsched" / "data" / "graphs"
+DATA = Path(__file__).resolve().parent.parent / "data" / "graphs"
 
 
 # ---------------------------------------------------------------------- the oracle

@@ -37,7 +37,7 @@ from incsched.execute import (
     validate_stages,
 )
 from incsched.problems import Links, Placement, StageProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 
 pytestmark = pytest.mark.slow  # runs captured models split into parts
 

@@ -24,7 +24,7 @@ from incsched.execute import (
 )
 from incsched.problems import PlacementProblem, StageProblem
 from incsched.problems import Placement
-from incsched.solve import solve
+from incsched.front_door import solve
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -27,7 +27,7 @@ from incsched.formats import save_graph
 from incsched.graph import CompGraph
 from incsched.problems import StageProblem
 from incsched.result import Result
-from incsched.solve import solve
+from incsched.front_door import solve
 
 
 class Block(nn.Module):

@@ -22,7 +22,7 @@ from torch.distributed.pipelining import pipeline
 from incsched.capture import capture, zoo
 from incsched.export import PipelineStages, pipeline_stages, split_spec, split_spec_names, stage_runs
 from incsched.problems import StageProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 
 pytestmark = pytest.mark.slow
 

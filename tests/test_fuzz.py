@@ -142,7 +142,7 @@ def _run_api(case: Case) -> Outcome:
     from incsched.graph import CompGraph
     from incsched.problems import Device, Links, PlacementProblem
     from incsched.problems.stage import ObjectiveWeights, StageProblem
-    from incsched.solve import solve
+    from incsched.front_door import solve
 
     spec = case.api
     out = Outcome()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from incsched.cost_model import ROOFLINES
+from incsched.graph.cost_model import ROOFLINES
 from incsched.errors import GraphError
 from incsched.generators import (
     bandwidth_for_comm_ratio,

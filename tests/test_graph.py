@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from incsched import dag
+from incsched.graph import dag
 from incsched.errors import CycleError, GraphError
 from incsched.graph import CompGraph
 

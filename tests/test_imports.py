@@ -12,22 +12,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import layout
+
 PACKAGES = ("incsched",)
 
-#: What a module under ``incsched/solvers/`` may import from ``incsched``: problem and answer types, plain data.
-SOLVERS_MAY_IMPORT = ("incsched.problems", "incsched.result", "incsched.errors", "incsched.graph", "incsched.dag")
+#: What a module under ``solvers/`` may import from ``incsched``: problem and answer types, plain data.
+SOLVERS_MAY_IMPORT = ("incsched.problems", "incsched.result", "incsched.errors", "incsched.graph", "incsched.graph.dag")
 
 def _modules() -> dict[str, Path]:
-    """Dotted name -> file, for every module of the two packages."""
-    out = {}
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out[".".join(parts)] = path
-    return out
+    """Dotted name -> file, for every module of the package (``solvers/`` and ``data/`` included)."""
+    return layout.modules()
 
 
 def _is_package(name: str, modules: dict[str, Path]) -> bool:

@@ -113,7 +113,7 @@ sys.addaudithook(lambda event, args: opened.append(args[0]) if event == "open" a
 import incsched
 from incsched.data import shipped_graph_path
 from incsched.problems import StageProblem
-from incsched.solve import solve
+from incsched.front_door import solve
 graph = incsched.load_graph(shipped_graph_path("resnet18"))
 result = solve(StageProblem.peer(graph, n_stages=4), "inc-ilp", preschedule="rl", time_limit=60)
 print(json.dumps({"package": incsched.__file__, "status": result.status,
@@ -127,7 +127,7 @@ print(json.dumps({"package": incsched.__file__, "status": result.status,
     assert Path(report["package"]).is_relative_to(site)
     assert report["status"] in ("optimal", "window_optimal", "feasible")
     assert {Path(p).name for p in report["policy_files"]} == {"stage_policy.pt", "stage_policy.json"}
-    assert all(Path(p).is_relative_to(site / "incsched" / "data" / "models") for p in report["policy_files"])
+    assert all(Path(p).is_relative_to(site / "data" / "models") for p in report["policy_files"])
 
 
 def test_graph_save_and_load_round_trip(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests of incsched.placement_bounds: every family is at most the true optimum (brute force or a proven CP-SAT optimum)."""
+"""Tests of incsched.bounds.placement: every family is at most the true optimum (brute force or a proven CP-SAT optimum)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from incsched.evaluate.simulate import simulate
 from incsched.graph import CompGraph
 from incsched.inc_ilp.placement import solve_cpsat
-from incsched.placement_bounds import (
+from incsched.bounds.placement import (
     INF,
     anchored_heads,
     anchored_tails,
     energetic_heads,
     energy_bound,
     path_bound,
-    placement_bound,
+    placement_lower_bound,
     placement_bound_details,
     segment_sum_bound,
     transfer_heads,
@@ -70,14 +70,14 @@ def every_bound(p: PlacementProblem) -> dict[str, int]:
     out["energetic_heads_plain_tails"] = path_bound(p, eh, tail)
     out["energy_energetic"] = energy_bound(p, eh, et)
     out["segment_sum_only"] = segment_sum_bound(p)
-    out["placement_bound"] = placement_bound(p)
+    out["placement_lower_bound"] = placement_lower_bound(p)
     return out
 
 
 def assert_below(p: PlacementProblem, optimum: int) -> None:
     for name, value in every_bound(p).items():
         assert value <= optimum, f"{name} = {value} exceeds the optimum {optimum}"
-    assert placement_bound(p) >= p.lower_bound_ticks()
+    assert placement_lower_bound(p) >= p.lower_bound_ticks()
 
 
 # ---------------------------------------------------------------------- hand-computed
@@ -94,7 +94,7 @@ def test_fork_join_hand_computed():
     assert transfer_heads(p) == [0, 1, 1, 21]
     assert transfer_tails(p) == [21, 1, 1, 0]
     assert path_bound(p) == 22
-    assert placement_bound(p) == 22 == brute_force_makespan(p)
+    assert placement_lower_bound(p) == 22 == brute_force_makespan(p)
 
 
 def test_colocation_rule_picks_the_cheaper_side():
@@ -135,16 +135,16 @@ def test_segment_sum_adds_segments():
     assert segment_sum_bound(p) == 43  # (1 + 20 + 1) + (1 + 20 + 1) - 1 (the shared cut node, counted once)
     out = solve_cpsat(p, EXACT)
     assert out.status == "optimal" and out.objective == 43
-    assert placement_bound(p) == 43
+    assert placement_lower_bound(p) == 43
 
 
 def test_no_edges_and_one_device():
     p = make_problem(3, [], [3, 4, 5], [0, 0, 0], D=1)
-    assert placement_bound(p) == 12
+    assert placement_lower_bound(p) == 12
     q = make_problem(3, [], [3, 4, 5], [0, 0, 0], D=3)
-    assert placement_bound(q) == 5
+    assert placement_lower_bound(q) == 5
     empty = make_problem(0, [], [], [], D=2)
-    assert placement_bound(empty) == 0
+    assert placement_lower_bound(empty) == 0
 
 
 # ---------------------------------------------------------------------- against brute force and proven optima
@@ -181,7 +181,7 @@ def test_generated_graph_bound_below_a_schedule_and_fast():
     g = transformer_block(n_blocks=2)
     p = PlacementProblem.identical(g, 8, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
     t0 = time.perf_counter()
-    lb = placement_bound(p)
+    lb = placement_lower_bound(p)
     assert time.perf_counter() - t0 < 5.0
     ub = simulate(p, critical_path_list(p), "ordered").makespan
     assert p.lower_bound_ticks() < lb <= ub
@@ -225,7 +225,7 @@ def test_heads_and_tails_hold_in_any_schedule(case):
             if sched.device[v] != sched.device[x]:
                 assert int(sched.start[v]) >= hx[v]
                 assert int(sched.makespan) - int(sched.end[v]) >= qx[v]
-    assert placement_bound(p) <= sched.makespan
+    assert placement_lower_bound(p) <= sched.makespan
 
 
 @given(scheduled(max_nodes=9, max_devices=3))
@@ -246,10 +246,10 @@ def test_window_heads_hold_in_any_schedule(case):
 @given(problems(max_nodes=5, max_devices=3))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_cpsat_strengthened_bound_below_brute_force(p):
-    from incsched.placement_bounds import placement_bound_cpsat
+    from incsched.inc_ilp.exact_bounds import placement_bound_cpsat
 
     bound, info = placement_bound_cpsat(p, SolverSettings(time_limit=10.0))
-    assert placement_bound(p) <= bound <= brute_force_makespan(p), info
+    assert placement_lower_bound(p) <= bound <= brute_force_makespan(p), info
 
 
 def test_windows_see_that_sharing_is_transitive():
@@ -257,11 +257,11 @@ def test_windows_see_that_sharing_is_transitive():
     # lets every sum keep both its matmuls local; a window of the layer sees that this puts both
     # inputs on one device.
     from incsched.generators import bandwidth_for_comm_ratio, ffnn
-    from incsched.placement_bounds import placement_bound_cpsat
+    from incsched.inc_ilp.exact_bounds import placement_bound_cpsat
 
     g = ffnn(n_layers=2, tiles=2)
     p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
-    comb = placement_bound(p)
+    comb = placement_lower_bound(p)
     strong, info = placement_bound_cpsat(p, SolverSettings(time_limit=20.0))
     out = solve_cpsat(p, SolverSettings(time_limit=60.0, max_deterministic_time=30.0))
     assert comb < strong <= out.objective
@@ -271,7 +271,7 @@ def test_windows_see_that_sharing_is_transitive():
 
 def test_cpsat_bound_reproducible():
     from incsched.generators import bandwidth_for_comm_ratio, transformer_block
-    from incsched.placement_bounds import placement_bound_cpsat
+    from incsched.inc_ilp.exact_bounds import placement_bound_cpsat
 
     g = transformer_block(heads=2, ffn_tiles=2)
     p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
@@ -279,4 +279,4 @@ def test_cpsat_bound_reproducible():
     b, ib = placement_bound_cpsat(p, SolverSettings(time_limit=30.0))
     assert ia["reproducible"] and ib["reproducible"]
     assert a == b and ia["families"] == ib["families"]
-    assert a > placement_bound(p) >= p.lower_bound_ticks()
+    assert a > placement_lower_bound(p) >= p.lower_bound_ticks()

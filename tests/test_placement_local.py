@@ -17,7 +17,7 @@ from incsched.graph import CompGraph
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import Device, Links, PlacementProblem
 from incsched.problems.decompose import compose, cut_nodes, decomposable, segments, subproblem
-from incsched.solve import solve
+from incsched.front_door import solve
 from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.placement_segments import segment_bound, segment_decision, segment_proof_bound
 

@@ -9,8 +9,8 @@ import pytest
 
 from incsched.generators.dataflow import ffnn
 from incsched.problems import Placement, PlacementProblem
-from incsched.relax import device_pair, free_in, ranked_devices, start_window, time_slice
-from incsched.solve import solve
+from incsched.windows.relax import device_pair, free_in, ranked_devices, start_window, time_slice
+from incsched.front_door import solve
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from incsched.evaluate import evaluate_stages, simulate
 from incsched.generators import layered_dag
 from incsched.problems import Placement, PlacementProblem, StageProblem
 from incsched.result import Result
-from incsched.solve import SolverDisagreement, solve
+from incsched.errors import SolverDisagreement
+from incsched.front_door import solve
 from incsched.solvers import SolverOutput
 
 

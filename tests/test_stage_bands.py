@@ -15,8 +15,8 @@ from incsched.baselines.stage_local import loadless_nodes, place_loadless_nodes
 from incsched.evaluate import evaluate_stages
 from incsched.generators import layered_dag
 from incsched.problems import ObjectiveWeights, StageProblem
-from incsched.relax import stage_band_window
-from incsched.solve import solve
+from incsched.windows.relax import stage_band_window
+from incsched.front_door import solve
 from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import solve_stage
 

@@ -1,4 +1,4 @@
-"""incsched.stage_bounds against brute force (issue 18): a wrong bound would certify a wrong optimum.
+"""incsched.bounds.stage against brute force (issue 18): a wrong bound would certify a wrong optimum.
 
 Every monotone assignment of small random graphs is priced by the independent evaluator; the
 stage ranges must contain every assignment that meets the cap, the peak bound no assignment's
@@ -25,8 +25,8 @@ from incsched.evaluate.stage import evaluate_stages
 from incsched.formats import load_graph
 from incsched.graph import CompGraph
 from incsched.problems.stage import StageProblem
-from incsched.solve import solve
-from incsched.stage_bounds import closure, crossing_bounds, peak_lower_bound, proof_bound, stage_ranges
+from incsched.front_door import solve
+from incsched.bounds.stage import closure, crossing_bounds, peak_lower_bound, proof_bound, stage_ranges
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""incsched.stage_reduce against brute force (issue 18): a rule that cut off every optimum would
+"""incsched.bounds.reductions against brute force (issue 18): a rule that cut off every optimum would
 let the exact model certify a worse answer as optimal.
 
 On small random graphs (any weight mix of `stage_instances`, the peer objective, and graphs built
@@ -24,7 +24,7 @@ from incsched.graph import CompGraph
 from incsched.problems.stage import StageProblem
 from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import solve_stage
-from incsched.stage_reduce import stage_reduction
+from incsched.bounds.reductions import stage_reduction
 
 
 @st.composite

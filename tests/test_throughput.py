@@ -115,7 +115,7 @@ def test_cpsat_optimum_and_bound_match_brute_force(problem):
 @given(pipeline_problems(max_nodes=6))
 @settings(max_examples=15, deadline=None)
 def test_solve_certifies_the_brute_force_optimum(problem):
-    from incsched.solve import solve
+    from incsched.front_door import solve
 
     r = solve(problem, time_limit=5)
     best = brute_force(problem)
@@ -170,7 +170,7 @@ def test_memory_needs_micro_batches():
 
 
 def test_a_memory_no_assignment_meets_is_infeasible_naming_the_node():
-    from incsched.solve import solve
+    from incsched.front_door import solve
 
     g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[50, 0])
     # a needs 10 + 50 bytes even on the last stage (one micro-batch in flight there).
@@ -263,9 +263,9 @@ def test_the_published_splits_are_contiguous_and_as_documented(problem):
 
 
 def test_solve_runs_each_pipeline_baseline_by_name():
-    from incsched.solve import solve
+    from incsched.front_door import solve
 
-    g = CompGraph.load("incsched/data/graphs/resnet18.json.gz")
+    g = CompGraph.load("data/graphs/resnet18.json.gz")
     p = StageProblem.pipeline(g, 2, bandwidth=1e9)
     values = {m: solve(p, m, time_limit=5).objective for m in ("balance_by_time", "uniform", "parameters", "pipeline_dp")}
     assert values["pipeline_dp"] == min(values.values())
@@ -329,7 +329,7 @@ def test_a_hint_of_the_optimum_is_complete_and_kept():
     # Every variable hinted (sends included) from an optimal split: CP-SAT starts from it.
     from incsched.solvers.cpsat.stage import _StageModel
 
-    g = CompGraph.load("incsched/data/graphs/resnet18.json.gz")
+    g = CompGraph.load("data/graphs/resnet18.json.gz")
     p = StageProblem.pipeline(g, 3, bandwidth=1e9, memory=10**8)
     out = solve_stage(p, FAST)
     model = _StageModel(p, p.allowed_stages(), p.weights.scaled()[0])

@@ -183,7 +183,7 @@ def run_batch(
     progress : callable, optional
         Called as ``progress(item, done, total)`` after each graph.
     **solve_kwargs
-        Passed to `incsched.solve` (method, time_limit, seed, deterministic, workers).
+        Passed to `incsched.front_door` (method, time_limit, seed, deterministic, workers).
 
     Returns
     -------

@@ -119,7 +119,7 @@ def _canonical(x):
 
 
 def _solve_defaults() -> dict[str, Any]:
-    from ..solve import solve
+    from ..front_door import solve
 
     return {name: p.default for name, p in inspect.signature(solve).parameters.items() if p.default is not inspect.Parameter.empty}
 
@@ -138,7 +138,7 @@ class SolveTask:
         File name used for type detection and messages, e.g. ``"resnet50.json.gz"``.
     recipe : ProblemRecipe
     solve_kwargs : dict
-        Passed to `incsched.solve` (method, time_limit, work_limit, seed, workers, deterministic ...).
+        Passed to `incsched.front_door` (method, time_limit, work_limit, seed, workers, deterministic ...).
     record_progress : bool
         Collect every ``on_progress`` event of the solve.
     """
@@ -182,7 +182,7 @@ def run_task(task: SolveTask, node: str = "local") -> dict[str, Any]:
     Never raises for bad input: a graph that does not load, a recipe that does not fit it, or a
     solve that fails is the reply's ``error``, so that an engine does not retry it.
     """
-    from ..solve import solve
+    from ..front_door import solve
 
     start = time.perf_counter()
     progress: list[dict] = []

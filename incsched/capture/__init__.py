@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +20,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..coarsen import coarsen as apply_coarsening
-from ..coarsen import parse_coarsening
+from ..graph.coarsen import coarsen as apply_coarsening, parse_coarsening
 from ..errors import CaptureError
 from ..graph import CompGraph
 from .assemble import assemble, describe_params
@@ -98,7 +99,7 @@ def capture(
         ``torch.export.export`` (ATen ops, works for transformers) or ``torch.fx.symbolic_trace``.
     coarsen : str
         ``"none"``, ``"trivial"`` (fold views and other free ops), ``"chains"`` or
-        ``"module:<depth>"``; see `incsched.coarsen`. Op granularity only.
+        ``"module:<depth>"``; see `incsched.graph.coarsen`. Op granularity only.
     granularity : {"op", "layer", "module:<depth>"}
         ``"op"``: one node per operation (then ``coarsen``). ``"layer"``: one node per call of a
         layer module (the elements of the model's stacks of repeated blocks, and the modules beside
@@ -210,3 +211,15 @@ def _measurement_conditions(device: str | torch.device, repeats: int, warmup: in
 def from_module(model: torch.nn.Module, example_inputs: Sequence[Any], **kwargs: Any) -> CompGraph:
     """The graph of ``capture(model, example_inputs, **kwargs)``; see `capture` for the arguments."""
     return capture(model, example_inputs, **kwargs).graph
+
+
+class _CallableStep(types.ModuleType):
+    """`incsched.capture` is this step's package and its front function at once: a submodule import
+    (``incsched.capture.zoo``) binds the package to the name ``capture`` on `incsched`, so the
+    package itself must answer ``incsched.capture(model, example_inputs)``."""
+
+    def __call__(self, model: torch.nn.Module, example_inputs: Sequence[Any], **kwargs: Any) -> Capture:
+        return capture(model, example_inputs, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableStep

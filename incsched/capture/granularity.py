@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 from torch import nn
 
-from ..coarsen import quotient
+from ..graph.coarsen import quotient
 from ..errors import CaptureError
 from ..graph import CompGraph
 from .trace import module_kind

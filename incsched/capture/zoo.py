@@ -1,6 +1,6 @@
 """The model zoo: real torchvision and transformers models, built offline with random weights.
 
-Feeds `capture` with the models the shipped graphs in ``incsched/data/graphs`` come from and that the CLI's
+Feeds `capture` with the models the shipped graphs in ``data/graphs`` come from and that the CLI's
 ``incsched graph capture --model NAME`` accepts. Nothing is downloaded: torchvision models are built
 with ``weights=None`` and transformers models from a locally constructed config.
 """

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ScheduleError, DeadlockError
 from ..problems import Placement, PlacementError, PlacementProblem
 
 __all__ = ["Schedule", "simulate", "DeadlockError", "ScheduleError", "MODES"]
@@ -24,14 +25,6 @@ __all__ = ["Schedule", "simulate", "DeadlockError", "ScheduleError", "MODES"]
 log = logging.getLogger(__name__)
 
 MODES = ("ordered", "fcfs", "timed")
-
-
-class ScheduleError(PlacementError):
-    """Planned start times break a rule: an overlap on a device, or a node starting before its inputs arrive."""
-
-
-class DeadlockError(PlacementError):
-    """A device order contradicts precedence: some device waits for a node that can never run first."""
 
 
 @dataclass(frozen=True, eq=False)

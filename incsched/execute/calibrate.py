@@ -29,8 +29,8 @@ import numpy as np
 import torch
 import torch.fx
 
+from ..errors import CalibrationError
 from ..capture import Capture
-from ..errors import IncschedError
 from ..graph import CompGraph
 from ..problems import Device, Links
 from .runner import cpu_threads_per_worker, intra_op_threads
@@ -66,10 +66,6 @@ _RANGE_PREFIX = "incsched.fx/"
 #: which (the lower one) it counts as launch-bound; in between it is "mixed".
 KERNEL_BOUND_SHARE = 0.8
 LAUNCH_BOUND_SHARE = 0.5
-
-
-class CalibrationError(IncschedError, ValueError):
-    """Measurements cannot be taken or do not fit: an unavailable device, mismatched node names."""
 
 
 # ---------------------------------------------------------------------- node times

@@ -15,20 +15,12 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..errors import OutputMismatch
 from ..capture import Capture
-from ..errors import IncschedError
 from .partition import Program
 from .runner import intra_op_threads
 
 __all__ = ["OutputMismatch", "Divergence", "tolerances", "check_outputs", "check_execution", "first_divergence", "reference_outputs"]
-
-
-class OutputMismatch(IncschedError, AssertionError):
-    """A partitioned run's outputs differ from the unsplit model's; ``divergence`` says where first."""
-
-    def __init__(self, message: str, divergence: Divergence | None = None):
-        super().__init__(message)
-        self.divergence = divergence
 
 
 @dataclass(frozen=True)

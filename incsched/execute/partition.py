@@ -23,18 +23,14 @@ import torch
 import torch.fx
 from torch.fx.passes.split_module import split_module
 
+from ..errors import ExecutionError
 from ..capture import Capture
-from ..errors import IncschedError
 from ..evaluate.simulate import simulate
 from ..problems import Placement, PlacementError, PlacementProblem
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ExecutionError", "Part", "Program", "Ref", "partition_program", "stage_program", "placement_program", "segments"]
-
-
-class ExecutionError(IncschedError, RuntimeError):
-    """A placement cannot be partitioned or executed (names the node, part or device)."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ the key (``doppler.toml: methods[2].time_limit: must be a positive number, got -
 
 A config may hold ``[profiles.NAME]`` tables whose keys replace the top-level ones
 (``incsched experiment run doppler --profile quick``). Shipped configs live in
-``incsched/data/experiments/`` and are named without their suffix.
+``data/experiments/`` and are named without their suffix.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..data import DATA_DIR
-from ..errors import IncschedError
 from ..jsonio import json_bytes
 
 __all__ = [
@@ -42,10 +42,6 @@ GENERATORS = ("layered_dag", "respect_like", "icml24_like", "chained_matmul", "f
 
 #: What an execution cell may run besides `solve()` methods: the whole model on one device.
 SINGLE_DEVICE = "single_device_each"
-
-
-class ConfigError(IncschedError, ValueError):
-    """An experiment config that cannot run; the message names the file and the key."""
 
 
 @dataclass(frozen=True)
@@ -332,7 +328,7 @@ def _method(t: dict, where: str, src: str) -> MethodSpec:
     _known(t, {"name", "label", "time_limit", "work_limit", "deterministic", "workers", "preschedule", "record_progress"}, where, src)
     name = _get(t, "name", str, where, src, required=True)
     if not method_kinds(name):
-        from ..solve import METHODS
+        from ..front_door import METHODS
 
         raise ConfigError(f"{src}: {where}.name: unknown method {name!r} (known: {', '.join(list(METHODS) + sorted(_all_preschedulers()))})")
     pre = _get(t, "preschedule", str, where, src, default=None)
@@ -425,7 +421,7 @@ def _value_kind(v) -> str | None:
 def method_kinds(name: str) -> set[str]:
     """The problem kinds (``stage``, ``placement``) that the method ``name`` solves."""
     from ..inc_ilp.incumbent import PLACEMENT_PRESCHEDULERS, STAGE_PRESCHEDULERS
-    from ..solve import METHODS
+    from ..front_door import METHODS
 
     if name in METHODS:
         return {"stage", "placement"}

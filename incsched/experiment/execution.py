@@ -106,7 +106,7 @@ def _prepare(spec: ExecutionSpec, devices: list[str]):
 def _execute(spec: ExecutionSpec, captured, problem_links, devices: list[str], what, seed: int) -> dict[str, Any]:
     from ..execute import validate_placement, validate_stages
     from ..problems import Placement
-    from ..solve import solve
+    from ..front_door import solve
 
     problem, links = problem_links
     out: dict[str, Any] = {}

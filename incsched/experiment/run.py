@@ -258,7 +258,7 @@ def warm_up(policy: bool) -> float:
 
     from ..generators import bandwidth_for_comm_ratio, chained_matmul, respect_like
     from ..problems import PlacementProblem, StageProblem
-    from ..solve import solve
+    from ..front_door import solve
 
     started = time.perf_counter()
     g = chained_matmul(n_matrices=2, tiles=1)

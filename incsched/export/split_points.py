@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IncschedError
+from ..errors import ExportError
 from ..graph import CompGraph
 from ..result import Result
 
@@ -34,10 +34,6 @@ __all__ = [
 
 FORMAT = "incsched.export"
 VERSION = 1
-
-
-class ExportError(IncschedError, ValueError):
-    """A result cannot be handed to the asked runtime (names the node, module or stage)."""
 
 
 @dataclass(frozen=True)

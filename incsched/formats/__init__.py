@@ -14,22 +14,26 @@ from ..jsonio import read_json
 from ..limits import InputLimits, input_limits
 from .json_graph import graph_from_dict, graph_to_dict
 
-__all__ = ["load_graph", "save_graph", "graph_to_dict", "graph_from_dict"]
+__all__ = ["load_graph", "save_graph", "is_shipped_name", "graph_to_dict", "graph_from_dict"]
 
 
 def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) -> CompGraph:
     """Read a graph file: ``.json`` / ``.json.gz`` (incsched), ``.gml`` (ICML'24 peer form), ``.onnx``
-    (an ONNX model, read by `incsched.formats.onnx.read_onnx`; needs the ``onnx`` extra).
+    (an ONNX model, read by `incsched.formats.onnx.read_onnx`; needs the ``onnx`` extra), or a graph
+    the package ships, by its name (``"resnet50"``: `incsched.data.shipped_graphs` lists them).
 
     Parameters
     ----------
     path : path-like
+        A file, or a bare name (no folder, no extension) that is not a file here: a shipped graph.
     limits : InputLimits, optional
         Largest file (decompressed), node and edge counts and JSON nesting accepted; default
         `incsched.limits.input_limits()` (the ``INCSCHED_MAX_*`` environment variables).
 
     Raises
     ------
+    IncschedError
+        A bare name that no shipped graph has; the message lists the shipped ones.
     FormatError
         Unknown extension, malformed file, or unsupported version; the message names the file.
     LimitError
@@ -39,6 +43,10 @@ def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) ->
     OSError
         The file cannot be read (missing, a folder, no permission).
     """
+    if is_shipped_name(path):
+        from ..data import shipped_graph_path
+
+        path = shipped_graph_path(str(path))
     path = Path(path)
     suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".gz") else path.suffix
     lim = input_limits(limits)
@@ -53,6 +61,12 @@ def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) ->
 
         return read_onnx(path, limits=lim)
     raise FormatError(f"{path}: unknown graph file type {suffix!r} (expected .json, .json.gz, .gml or .onnx)")
+
+
+def is_shipped_name(path: str | os.PathLike) -> bool:
+    """A bare name (no folder, no extension) that is not a file here names a shipped graph."""
+    text = os.fspath(path)
+    return bool(text) and not os.path.exists(text) and os.sep not in text and "." not in text
 
 
 def save_graph(graph: CompGraph, path: str | os.PathLike) -> None:

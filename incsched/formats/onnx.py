@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..coarsen import TRIVIAL_OPS, fuse_trivial
+from ..graph.coarsen import TRIVIAL_OPS, fuse_trivial
 from ..errors import FormatError
 from ..graph import CompGraph
 from ..jsonio import read_limited

@@ -4,7 +4,7 @@ Llama-style transformer blocks.
 Each large operation is split into tiles (as DOPPLER's einsum decomposition does), which gives
 graphs of about 100-300 ops with real parallelism. Flops, output bytes and parameter bytes follow
 from the tensor shapes; compute times per device kind come from the roofline in
-`incsched.cost_model` (optionally jittered, to look measured). `bandwidth_for_comm_ratio` picks the
+`incsched.graph.cost_model` (optionally jittered, to look measured). `bandwidth_for_comm_ratio` picks the
 link bandwidth that makes transfers cost a given multiple of compute, e.g. DOPPLER's "4x".
 """
 

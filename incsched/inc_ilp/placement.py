@@ -35,15 +35,15 @@ from incsched.solvers.cpsat.placement_segments import segment_bound, segment_pro
 
 from ..baselines.placement_local import local_search
 from ..bounds import placement_lower_bound
-from ..placement_bounds import placement_bound_cpsat
+from .exact_bounds import placement_bound_cpsat
 from ..baselines.list_scheduling import list_schedule, mean_costs
 from ..evaluate.simulate import Schedule, simulate
 from ..problems.decompose import compose, decomposable, segments as cut_segments, subproblem
 from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
-from ..relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice
+from ..windows.relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice
 from .context import Context
 from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
-from .stage import SolverDisagreement
+from ..errors import SolverDisagreement
 
 __all__ = ["run", "make_check", "solve_cpsat"]
 

@@ -2,7 +2,7 @@
 
     run(ctx, method)
       proof first (graphs up to MAX_CLOSURE_NODES)
-        DP incumbent + Reduction           the precedence bound (incsched.stage_bounds): done
+        DP incumbent + Reduction           the precedence bound (incsched.bounds.stage): done
                                            when it meets the DP's answer (first at its bottleneck
                                            cap only, then all its caps), else the reduced full
                                            model on a short budget
@@ -18,7 +18,7 @@
 Every model solved after the incumbent carries the *objective window* (`objective_window`): a
 stage-memory cap that only answers worse than the best can exceed, so each optimum found is also
 a global statement; with a `Reduction`, also the precedence cap and each node's stage range,
-which every answer as good as the best keeps, and the exact rules of `incsched.stage_reduce`
+which every answer as good as the best keeps, and the exact rules of `incsched.bounds.reductions`
 (merged and placed loadless nodes), which keep an optimum inside such a window. Every answer passes
 the independent evaluator before it is kept.
 """
@@ -34,15 +34,15 @@ import numpy as np
 from incsched.solvers import SolverOutput
 from incsched.solvers.cpsat.stage import solve_stage
 
+from ..errors import SolverDisagreement
 from ..baselines.stage import best_split_of_order
 from ..baselines.stage_local import loadless_nodes, place_loadless_nodes
 from ..bounds import stage_lower_bound, stage_term_bounds
-from ..errors import IncschedError
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
-from ..relax import stage_band_window, stage_window, window_is_everything
-from ..stage_reduce import StageReduction, stage_reduction
-from ..stage_bounds import MAX_CLOSURE_NODES, ProofBound, closure, peak_lower_bound, proof_bound
+from ..windows.relax import stage_band_window, stage_window, window_is_everything
+from ..bounds.reductions import StageReduction, stage_reduction
+from ..bounds.stage import MAX_CLOSURE_NODES, ProofBound, closure, peak_lower_bound, proof_bound
 from .context import Context
 from .incumbent import STAGE_PRESCHEDULERS, portfolio, run_prescheduler
 
@@ -67,15 +67,11 @@ FIRST_INCUMBENT = "pipedream_dp"
 #: Share of the nominal budget the first, reduced full model may spend before the portfolio runs.
 QUICK_PROOF_SHARE = 0.02
 
-#: `incsched.stage_reduce`'s rules in the reduced full model (None: none), as its keyword arguments.
+#: `incsched.bounds.reductions`'s rules in the reduced full model (None: none), as its keyword arguments.
 RULES: dict | None = {"place": True, "symmetry": False}
 
 #: Peak memory above the average stage load (bytes) that `rebalance` is tried for.
 BALANCE_SLACK = 5
-
-
-class SolverDisagreement(IncschedError):
-    """A back end's answer failed the independent check: a bug, reported instead of returned."""
 
 
 def make_check(problem: StageProblem):
@@ -190,7 +186,7 @@ def first_incumbent(ctx: Context) -> None:
 
 
 class Reduction:
-    """The precedence bounds of one run (`incsched.stage_bounds`), renewed as the best improves.
+    """The precedence bounds of one run (`incsched.bounds.stage`), renewed as the best improves.
 
     Holds the graph's closure and the peak bound (computed once), and for the current best the
     `ProofBound`: a global lower bound (raised in ``ctx``), a memory cap and per-node stage ranges
@@ -203,7 +199,7 @@ class Reduction:
         self._rules = None
 
     def rules(self, p: StageProblem) -> StageReduction | None:
-        """`incsched.stage_reduce`'s exact rules for the reduced full model (computed once)."""
+        """`incsched.bounds.reductions`'s exact rules for the reduced full model (computed once)."""
         if self._rules is None and RULES is not None:
             self._rules = stage_reduction(p, **RULES)
         return self._rules
@@ -274,7 +270,7 @@ def _intersect(window, ranges):
 def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | None = None, rules=None) -> None:
     """The full model (``model``: the problem, possibly under an objective window and the
     precedence ranges ``window`` every answer as good as the best keeps), with ``work`` (default
-    all that is left) and the exact ``rules`` of `incsched.stage_reduce` if given (valid there:
+    all that is left) and the exact ``rules`` of `incsched.bounds.reductions` if given (valid there:
     both windows hold every answer as good as the best)."""
     with ctx.timed("proof"):
         settings, lp = ctx.settings(work), {}  # solve_stage's optional keywords

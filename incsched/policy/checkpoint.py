@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..errors import FormatError
+from ..errors import CheckpointError
 from ..data import MODELS_DIR as _SHIPPED_MODELS
 from ..jsonio import atomic_write_bytes, read_json, write_json
 
@@ -43,12 +43,8 @@ MAX_MODEL_SIZE = 4096
 FORMAT = "incsched.policy_checkpoint"
 VERSION = 1
 
-#: Where the shipped checkpoints live (``incsched/data/models``, package data).
+#: Where the shipped checkpoints live (``data/models``, package data).
 MODELS_DIR = _SHIPPED_MODELS
-
-
-class CheckpointError(FormatError):
-    """A policy checkpoint is missing, corrupt, or does not match this version of the code."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 import torch
 
-from ..cost_model import DEFAULT_KIND
+from ..graph.cost_model import DEFAULT_KIND
 from ..graph import CompGraph
 
 __all__ = [

@@ -487,7 +487,7 @@ CHECKPOINT = register_policy(PolicyKind(
 
 
 def default_stage_checkpoint() -> Path:
-    """Path of the shipped stage policy, ``incsched/data/models/stage_policy.pt`` in the repository."""
+    """Path of the shipped stage policy, ``data/models/stage_policy.pt`` in the repository."""
     return CHECKPOINT.default_path
 
 
@@ -538,7 +538,7 @@ def preschedule_policy(problem: StageProblem, seed: int = 0, policy: StagePolicy
     seed : int
         Accepted for the common interface; greedy decoding does not depend on it.
     policy : StagePolicy, optional
-        Default: the shipped checkpoint ``incsched/data/models/stage_policy.pt``.
+        Default: the shipped checkpoint ``data/models/stage_policy.pt``.
 
     Returns
     -------

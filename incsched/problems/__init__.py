@@ -8,7 +8,7 @@ problems choose), `errors` (what their constructors raise).
 
 from .answers import Placement, PlacementWindow
 from .devices import Device, Links
-from .errors import InfeasibleProblem, PlacementError, PlacementInfeasibleError, ProblemError
+from ..errors import InfeasibleProblem, PlacementError, PlacementInfeasibleError, ProblemError
 from .placement import PlacementProblem
 from .stage import ObjectiveWeights, StageProblem
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import PlacementError, check_document
+from ..errors import PlacementError
+from .documents import check_document
 
 if TYPE_CHECKING:
     from .placement import PlacementProblem

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dag import find_root
-from .errors import PlacementError
+from ..graph.dag import find_root
+from ..errors import PlacementError
 
 __all__ = ["Device", "Links", "identical_device_groups"]
 

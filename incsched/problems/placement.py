@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, PlacementError, PlacementInfeasibleError
 from ..formats import graph_from_dict, graph_to_dict
 from ..graph import CompGraph
 from ..jsonio import read_json, write_json
 from .devices import Device, Links, identical_device_groups
-from .errors import PlacementError, PlacementInfeasibleError, check_document
+from .documents import check_document
 from .units import auto_time_unit, finest_time_unit
 
 __all__ = ["PlacementProblem", "FORMAT", "VERSION", "MAX_HORIZON_TICKS", "MAX_DEVICES"]

@@ -66,12 +66,12 @@ from typing import Any
 
 import numpy as np
 
-from ..cost_model import DEFAULT_KIND
-from ..errors import FormatError
+from ..graph.cost_model import DEFAULT_KIND
+from ..errors import FormatError, InfeasibleProblem, ProblemError
 from ..formats.json_graph import graph_from_dict, graph_to_dict
 from ..graph import MAX_EXACT_FLOAT_INT, MAX_TOTAL_BYTES, CompGraph
 from ..jsonio import read_json, write_json
-from .errors import InfeasibleProblem, ProblemError, check_document
+from .documents import check_document
 from .units import FINEST_TIME_UNIT, MIN_WORK_TICKS, auto_time_unit
 
 __all__ = [

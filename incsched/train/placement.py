@@ -426,7 +426,7 @@ def _evaluate(model: PlacementPolicy, problems) -> float:
 def main(argv=None) -> int:
     """Train with the default config (or a JSON config) and write the checkpoint plus its metadata.
 
-    ``python -m incsched.train.placement --out incsched/data/models/placement_policy.pt``
+    ``python -m incsched.train.placement --out data/models/placement_policy.pt``
     """
     import argparse
     import json

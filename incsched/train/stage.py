@@ -439,7 +439,7 @@ def train_stage_policy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m incsched.train.stage --out incsched/data/models/stage_policy.pt``: train with the default config and save.
+    """``python -m incsched.train.stage --out data/models/stage_policy.pt``: train with the default config and save.
 
     Until the CLI's ``incsched train`` exists this is the command that reproduces the shipped
     checkpoint. ``--set key=value`` overrides a config field (JSON values).

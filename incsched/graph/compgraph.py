@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from .cost_model import DEFAULT_KIND, ROOFLINES, Roofline
-from . import dag, graph_json
-from .errors import FormatError, GraphError
-from .jsonio import read_json, write_json
-from .limits import InputLimits, input_limits
+from . import dag, json_form
+from ..errors import FormatError, GraphError
+from ..jsonio import read_json, write_json
+from ..limits import InputLimits, input_limits
 
 __all__ = ["CompGraph"]
 
@@ -237,10 +237,10 @@ class CompGraph:
     def out_degree(self) -> np.ndarray:
         return np.diff(self.succ_ptr)
 
-    # ------------------------------------------------------------------ algorithms (incsched.dag)
+    # ------------------------------------------------------------------ algorithms (incsched.graph.dag)
 
     def topological_order(self, depth_first: bool = False) -> np.ndarray:
-        """`incsched.dag.topological_order`, computed once per graph (read-only)."""
+        """`incsched.graph.dag.topological_order`, computed once per graph (read-only)."""
         return self._depth_first_topo if depth_first else self._topo
 
     @cached_property
@@ -249,29 +249,29 @@ class CompGraph:
 
     @cached_property
     def asap_level(self) -> np.ndarray:
-        """`incsched.dag.asap_level`: edges on the longest path from any source to each node."""
+        """`incsched.graph.dag.asap_level`: edges on the longest path from any source to each node."""
         return _readonly(dag.asap_level(self))
 
     @cached_property
     def alap_level(self) -> np.ndarray:
-        """`incsched.dag.alap_level`: the latest level of each node that keeps the graph's depth."""
+        """`incsched.graph.dag.alap_level`: the latest level of each node that keeps the graph's depth."""
         return _readonly(dag.alap_level(self))
 
     @property
     def depth(self) -> int:
-        """`incsched.dag.depth`: number of ASAP levels (nodes on the longest path)."""
+        """`incsched.graph.dag.depth`: number of ASAP levels (nodes on the longest path)."""
         return dag.depth(self)
 
     def top_level(self, node_weight=None, edge_weight=None) -> np.ndarray:
-        """`incsched.dag.top_level`: longest weighted path from any source to the start of each node."""
+        """`incsched.graph.dag.top_level`: longest weighted path from any source to the start of each node."""
         return dag.top_level(self, node_weight, edge_weight)
 
     def bottom_level(self, node_weight=None, edge_weight=None) -> np.ndarray:
-        """`incsched.dag.bottom_level`: longest weighted path from each node's start to any sink's end."""
+        """`incsched.graph.dag.bottom_level`: longest weighted path from each node's start to any sink's end."""
         return dag.bottom_level(self, node_weight, edge_weight)
 
     def longest_path(self, node_weight=None, edge_weight=None) -> tuple[float, list[str]]:
-        """`incsched.dag.longest_path`: length and node names of a longest (weighted) path."""
+        """`incsched.graph.dag.longest_path`: length and node names of a longest (weighted) path."""
         return dag.longest_path(self, node_weight, edge_weight)
 
     # ------------------------------------------------------------------ costs
@@ -279,7 +279,7 @@ class CompGraph:
     def time(self, kind: str = DEFAULT_KIND, roofline: Roofline | None = None) -> np.ndarray:
         """Seconds per node on a device of ``kind``: measured where captured, else estimated.
 
-        The estimate is the roofline of `incsched.cost_model` over flops and the bytes each node
+        The estimate is the roofline of `incsched.graph.cost_model` over flops and the bytes each node
         reads and writes (its inputs, parameters and output).
         """
         if kind in self.compute_time and roofline is None:
@@ -346,8 +346,8 @@ class CompGraph:
     # ------------------------------------------------------------------ files
 
     def to_json(self) -> dict[str, Any]:
-        """The versioned JSON-ready dictionary (`incsched.graph_json`; the schema has every field)."""
-        return graph_json.graph_to_dict(self)
+        """The versioned JSON-ready dictionary (`incsched.graph.json_form`; the schema has every field)."""
+        return json_form.graph_to_dict(self)
 
     @classmethod
     def from_json(cls, data: Any, *, source: str = "graph", limits: InputLimits | None = None) -> CompGraph:
@@ -363,7 +363,7 @@ class CompGraph:
         GraphError
             The graph it describes is invalid (cycle, unknown node, bad cost ...); ``source`` named.
         """
-        names, src, dst, fields = graph_json.graph_fields(data, source=source, limits=limits)
+        names, src, dst, fields = json_form.graph_fields(data, source=source, limits=limits)
         try:
             return cls(names, src, dst, **fields)
         except GraphError as exc:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from .dag import find_root
-from .errors import GraphError
-from .graph import CompGraph
+from ..errors import GraphError
+from .compgraph import CompGraph
 
 __all__ = [
     "TRIVIAL_OPS",

@@ -70,7 +70,7 @@ def solve_stage(
         CP-SAT's ``linearization_level`` (default its own, 1). 2 puts every constraint in the LP:
         on the precedence-reduced proofs of the shipped graphs (K = 6, 8) it cut the deterministic
         time from 2.4 to 1.6 s in total; on window and band models it is left alone.
-    reduction : incsched.stage_reduce.StageReduction, optional
+    reduction : incsched.bounds.reductions.StageReduction, optional
         Exact rules, handed in (the back end does not derive them): merged nodes share one stage variable, loadless
         joins are placed by ``max``/``min`` of their neighbours' stages, interchangeable branches
         are ordered. Only for the whole problem or a window that holds every answer as good as
@@ -326,7 +326,7 @@ class _StageModel:
                 self.model.Add(self.stage[u] <= self.stage[v])
 
     def _reduction_rules(self) -> None:
-        """`incsched.stage_reduce`'s placing rules and branch order (merges are shared variables)."""
+        """`incsched.bounds.reductions`'s placing rules and branch order (merges are shared variables)."""
         red = self.reduction
         for v, preds in red.earliest:
             self.model.AddMaxEquality(self.stage[v], [self.stage[u] for u in preds])

@@ -1,6 +1,6 @@
 """Lower bounds on placement makespans from small exact CP-SAT relaxations around every node.
 
-The combinatorial heads of `incsched.placement_bounds` decide, for each node separately, which of
+The combinatorial heads of `incsched.bounds.placement` decide, for each node separately, which of
 its inputs share its device; they cannot see that sharing is transitive (two layer outputs on one
 device put their producers' inputs there too), so on layered graphs (FFNN, chained matmuls)
 each layer loses most of a transfer from the bound. Here each node's head is the exact optimum
@@ -91,7 +91,7 @@ def window_heads(
         Seed and determinism for each window's run; ``time_limit`` caps the whole pass, unless
         ``budget`` is given.
     head : list of int, optional
-        Valid heads (tails) to start from, e.g. ``incsched.placement_bounds.transfer_heads``;
+        Valid heads (tails) to start from, e.g. ``incsched.bounds.placement.transfer_heads``;
         default the longest path with free transfers.
     forward : bool
         False: tails over descendants (the time-reversed problem).
@@ -291,7 +291,7 @@ def window_bound(
     settings : SolverSettings
         ``time_limit`` caps the whole computation (heads get the first half, tails the rest).
     head, tail : list of int, optional
-        Valid starting heads and tails (e.g. ``incsched.placement_bounds.transfer_heads`` /
+        Valid starting heads and tails (e.g. ``incsched.bounds.placement.transfer_heads`` /
         ``transfer_tails``); default the free-transfer longest paths.
     max_nodes, per_window :
         As in `window_heads`.
@@ -300,7 +300,7 @@ def window_bound(
     -------
     (int, dict)
         The bound in ticks (at least ``problem.lower_bound_ticks()``) and ``info`` with the raised
-        ``head`` and ``tail`` lists (valid: feed them to ``incsched.placement_bounds.placement_bound``),
+        ``head`` and ``tail`` lists (valid: feed them to ``incsched.bounds.placement.placement_lower_bound``),
         the per-direction window statistics and ``wall_capped``.
     """
     started = time.perf_counter()

@@ -27,7 +27,7 @@ pipeline model (send times, activation memory) get no rules: there a stage's tim
 edges it sends. Checked against brute force on small random graphs in ``tests/test_stage_reduce.py``.
 
 Valid for the whole problem, and for a model restricted to a window that holds every answer at
-least as good as some answer (the precedence window of `incsched.stage_bounds`): every move keeps
+least as good as some answer (the precedence window of `incsched.bounds.stage`): every move keeps
 an optimum optimal. Not for arbitrary windows (a band around an incumbent).
 """
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .problems.stage import StageProblem
+from ..problems.stage import StageProblem
 
 __all__ = ["StageReduction", "stage_reduction"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from incsched.dag import find_root
+from incsched.graph.dag import find_root
 from incsched.problems import PlacementProblem
 from incsched.problems.decompose import subproblem
 

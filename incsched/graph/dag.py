@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import CycleError, GraphError
+from ..errors import CycleError, GraphError
 
 if TYPE_CHECKING:
-    from .graph import CompGraph
+    from .compgraph import CompGraph
 
 __all__ = [
     "find_root",

@@ -16,12 +16,10 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import IncschedError, UnknownNameError
-from .inc_ilp import placement as placement_pipeline
-from .inc_ilp import stage as stage_pipeline
+from .errors import SolveArgumentError, SolverDisagreement, UnknownNameError
+from .inc_ilp import placement as placement_pipeline, stage as stage_pipeline
 from .inc_ilp.context import Context, Progress, gap
 from .inc_ilp.incumbent import PLACEMENT_PRESCHEDULERS, STAGE_PRESCHEDULERS
-from .inc_ilp.stage import SolverDisagreement
 from .evaluate.simulate import simulate
 from .evaluate.stage import evaluate_stages
 from .problems.placement import PlacementProblem
@@ -36,10 +34,6 @@ METHODS = ("inc-ilp", "ilp", "ilp-hinted")
 #: Stage models with more nodes than this skip CP-SAT's presolve probing: on many hundred nodes it
 #: adds ~10^5 clauses and seconds before search starts.
 _PROBING_MAX_NODES = 500
-
-
-class SolveArgumentError(IncschedError, ValueError):
-    """An argument of `solve` out of its range (a non-positive or non-finite limit, no workers)."""
 
 
 def solve(

@@ -23,7 +23,7 @@ Families
 `segment_sum_bound`
     Cut nodes (norms, sums, residual adds) split every schedule into consecutive segments; the
     makespan is at least the sum of the segments' own bounds.
-`placement_bound`
+`placement_lower_bound`
     The maximum of all of the above and `PlacementProblem.lower_bound_ticks`: what to call.
 """
 
@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problems.decompose import segments, subproblem
-from .problems.placement import PlacementProblem
+from ..problems.decompose import segments, subproblem
+from ..problems.placement import PlacementProblem
 
 __all__ = [
     "INF",
-    "placement_bound",
+    "placement_lower_bound",
     "placement_bound_details",
-    "placement_bound_cpsat",
     "transfer_heads",
     "transfer_tails",
     "path_bound",
@@ -57,7 +56,7 @@ INF = 1 << 40
 #: (and segments) of at most this many nodes by default: it costs about n^2.
 ENERGETIC_MAX_NODES = 200
 
-#: `placement_bound_cpsat` raises the heads of its CP-SAT windows the same way on problems of at
+#: `incsched.inc_ilp.exact_bounds.placement_bound_cpsat` raises the heads of its CP-SAT windows the same way on problems of at
 #: most this many nodes (about 2 s at 500; a 10,000-op graph would take a quarter of an hour).
 ENERGETIC_WINDOW_MAX_NODES = 500
 
@@ -433,7 +432,7 @@ def placement_bound_details(
     inner=None,
     should_stop=None,
 ) -> dict[str, int]:
-    """Every family's value (ticks), keyed by name; ``"bound"`` is their maximum (`placement_bound`).
+    """Every family's value (ticks), keyed by name; ``"bound"`` is their maximum (`placement_lower_bound`).
 
     Parameters
     ----------
@@ -488,85 +487,7 @@ def _combinatorial_bound(problem: PlacementProblem, energetic: bool | None = Non
     return placement_bound_details(problem, segments=False, energetic=energetic)["bound"]
 
 
-def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: int | None = None) -> tuple[int, dict]:
-    """`placement_bound` strengthened by exact CP-SAT windows (``incsched.solvers.cpsat.placement_bounds.window_bound``).
-
-    Each node's head and tail are first raised by the exact optimum of a small window of its
-    nearest ancestors (descendants), then every combinatorial family runs on those heads, on the
-    whole problem and on each segment between cut nodes (identical segments solved once).
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-    settings : incsched.solvers.SolverSettings
-        ``time_limit`` caps the whole computation (split between the whole problem and the
-        segments): deterministic seconds in deterministic mode, so the bound never depends on the
-        load, wall seconds otherwise; seed and determinism apply to every CP-SAT run.
-    combinatorial : int, optional
-        `placement_bound` of ``problem``, when the caller has computed it already (seconds of
-        pure Python on 10,000 ops): not computed again.
-
-    Returns
-    -------
-    (int, dict)
-        The bound in ticks (at least `placement_bound`'s) and ``info``: ``families`` (each value),
-        ``reproducible`` (deterministic settings and no window cut or skipped by the clock: the
-        same bound on every rerun, whatever the load), ``work`` (CP-SAT deterministic seconds),
-        ``seconds``.
-    """
-    import time
-    from dataclasses import replace
-
-    from incsched.solvers.cpsat.params import wall_cap
-    from incsched.solvers.cpsat.placement_bounds import window_bound
-
-    started = time.perf_counter()
-    clock = started + (wall_cap(settings) if settings.deterministic else settings.time_limit)  # the user's clock
-    capped = [False]
-    spent = [0.0]  # of settings.time_limit: deterministic seconds in deterministic mode, else wall
-    work = [0.0]  # CP-SAT deterministic seconds
-    memo: dict[bytes, int] = {}
-
-    def past_clock() -> bool:
-        if time.perf_counter() < clock:
-            return False
-        capped[0] = True  # the clock, not the budget, left a part with a weaker bound
-        return True
-
-    def strong(p: PlacementProblem, share: float) -> int:
-        key = p.signature()
-        if key in memo:
-            return memo[key]
-        if past_clock():
-            return p.lower_bound_ticks()
-        left = settings.time_limit - (spent[0] if settings.deterministic else time.perf_counter() - started)
-        limit = max(1e-3, min(share, left))
-        h, t = transfer_heads(p), transfer_tails(p)
-        if p.n_nodes <= ENERGETIC_WINDOW_MAX_NODES:
-            h, t = energetic_heads(p, h), energetic_heads(p, t, forward=False)
-        wb, info = window_bound(p, replace(settings, time_limit=limit), head=h, tail=t)
-        spent[0] += info["spent"]
-        work[0] += info["work"]
-        capped[0] = capped[0] or not info["reproducible"]
-        det = placement_bound_details(p, segments=False, head=info["head"], tail=info["tail"], should_stop=past_clock)
-        memo[key] = max(int(wb), det["bound"])
-        return memo[key]
-
-    n_parts = len(segments(problem)) if problem.n_nodes else 1
-    share = settings.time_limit / (2 if n_parts > 1 else 1)
-    if combinatorial is None:
-        combinatorial = placement_bound(problem, should_stop=past_clock)
-    families = {"combinatorial": int(combinatorial)}
-    if problem.n_nodes and problem.n_devices > 1:
-        families["windows"] = strong(problem, share)
-        if n_parts > 1:
-            families["window_segment_sum"] = segment_sum_bound(problem, lambda sub: strong(sub, share / n_parts), past_clock)
-    bound = max(families.values())
-    return int(bound), {"families": families, "reproducible": bool(settings.deterministic and not capped[0]), "work": work[0],
-                        "seconds": time.perf_counter() - started}
-
-
-def placement_bound(problem: PlacementProblem, should_stop=None) -> int:
+def placement_lower_bound(problem: PlacementProblem, should_stop=None) -> int:
     """The strongest combinatorial lower bound on the makespan, in ticks (never below `lower_bound_ticks`).
 
     Valid for every placement problem (any speeds, device kinds, per-pair links, memory limits:
@@ -579,7 +500,7 @@ def placement_bound(problem: PlacementProblem, should_stop=None) -> int:
     >>> g = CompGraph(["s", "a", "b", "t"], ["s", "s", "a", "b"], ["a", "b", "t", "t"],
     ...               out_bytes=[1000, 1000, 1000, 0], compute_time={"cpu": [1.0, 10.0, 10.0, 1.0]})
     >>> p = PlacementProblem.identical(g, 2, bandwidth=10.0, time_unit=1.0)
-    >>> p.lower_bound_ticks(), placement_bound(p)
+    >>> p.lower_bound_ticks(), placement_lower_bound(p)
     (12, 22)
 
     ``should_stop`` (optional, asked between families) ends it early with the families computed.

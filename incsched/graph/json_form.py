@@ -2,7 +2,7 @@
 
 Columnar, so that a 100,000-node graph reads and writes in well under a second: one list per node
 attribute, edges as parallel ``src``/``dst``/``bytes`` lists of node names. Problems and results embed
-this same dictionary. It sits below `incsched.graph` (it reads a graph's attributes and checks a
+this same dictionary. It sits below `incsched.graph.compgraph` (it reads a graph's attributes and checks a
 document's fields, but builds no graph) so that `CompGraph.to_json`/`from_json`/`save`/`load` use it
 without importing `incsched.formats`, which imports the graph.
 """
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import FormatError
-from .limits import InputLimits, check_count, input_limits
+from ..errors import FormatError
+from ..limits import InputLimits, check_count, input_limits
 
 if TYPE_CHECKING:
-    from .graph import CompGraph
+    from .compgraph import CompGraph
 
 FORMAT = "incsched.graph"
 VERSION = 1

@@ -1,4 +1,5 @@
-"""Stage bounds and reductions from precedence: what a memory cap forces before any solver runs.
+"""Stage lower bounds: each objective term's floor over any assignment (`stage_term_bounds`,
+`stage_lower_bound`), and what precedence under a memory cap forces before any solver runs.
 
 Stages are ordered and every edge points forward, so stages 0..k always hold a *down-set* of the
 graph: with each stage under a memory cap M, a node's ancestors (itself included) must fit on the
@@ -25,10 +26,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from .problems.errors import InfeasibleProblem
-from .problems.stage import StageProblem, exact_number
+from ..errors import InfeasibleProblem
+from ..problems.stage import StageProblem, exact_number
 
-__all__ = ["Closure", "closure", "stage_ranges", "peak_lower_bound", "crossing_bounds", "ProofBound", "proof_bound",
+__all__ = ["stage_term_bounds", "stage_lower_bound", "Closure", "closure", "stage_ranges", "peak_lower_bound", "crossing_bounds", "ProofBound", "proof_bound",
            "MAX_CLOSURE_NODES"]
 
 #: Largest graph whose ancestor matrix is built (n x n, as Booleans and twice float64: 1,500
@@ -36,6 +37,45 @@ __all__ = ["Closure", "closure", "stage_ranges", "peak_lower_bound", "crossing_b
 #: 1,000-node ones get them in about 0.4 s, and no reduction: every node keeps every stage.)
 MAX_CLOSURE_NODES = 1500
 
+
+
+def stage_term_bounds(problem: StageProblem) -> dict[str, int]:
+    """A lower bound on each objective term, in the problem's integer units.
+
+    ``mem_peak``: the heaviest node, and the average stage load rounded up. ``compute_peak``: the
+    same two arguments on each node's fastest ticks. ``stage_time_peak`` (listed only when
+    weighed, as the pipeline term): the same as ``compute_peak``, since sends only add to a stage's
+    time. ``spill``: parameters beyond the stages' total spill capacity. Communication terms are
+    bounded by 0 (every node may share one stage).
+    """
+    K = problem.n_stages
+    params = problem.graph.param_bytes
+    ticks = problem.node_ticks.min(axis=1) if problem.graph.n_nodes else np.zeros(0, dtype=np.int64)
+    out = {"mem_peak": 0, "comm_total": 0, "comm_peak": 0, "compute_peak": 0, "spill": 0}
+    if problem.graph.n_nodes:
+        out["mem_peak"] = max(int(params.max()), -(-int(params.sum()) // K))
+        out["compute_peak"] = max(int(ticks.max()), -(-int(ticks.sum()) // K))
+    if problem.weights.stage_time_peak > 0:
+        out["stage_time_peak"] = out["compute_peak"]
+    if problem.spill_capacity is not None:
+        out["spill"] = max(0, int(params.sum()) - int(sum(problem.spill_capacity)))
+    return out
+
+
+def stage_lower_bound(problem: StageProblem) -> int | Fraction:
+    """The weighted sum of `stage_term_bounds`: no stage assignment has a smaller objective.
+
+    Exact: a Python int when whole, else a `fractions.Fraction`.
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    >>> stage_lower_bound(StageProblem(g, 2, {"mem_peak": 0.1}))
+    3
+    """
+    w = problem.weights.exact()
+    return exact_number(sum((w[t] * b for t, b in stage_term_bounds(problem).items()), Fraction(0)))
 
 @dataclass(frozen=True)
 class Closure:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problems import PlacementProblem, PlacementWindow
-from .problems.stage import StageProblem
+from ..problems import PlacementProblem, PlacementWindow
+from ..problems.stage import StageProblem
 
 __all__ = [
     "stage_window", "stage_band_window", "window_is_everything",

@@ -1,8 +1,5 @@
-"""Errors of the two problems and their answers, raised at construction with the offending name.
-
-Malformed input is a ``ValueError`` (`ProblemError`, `PlacementError`); a well-formed problem that
-no answer can satisfy says why and where (`InfeasibleProblem`, `PlacementInfeasibleError`); a file
-that is not the document it should be is a `FormatError` (`check_document`).
+"""The one check every problem and answer file passes on the way in: the right format, the right
+version, every field (a file that is not the document it should be is a `FormatError`).
 """
 
 from __future__ import annotations
@@ -10,34 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import FormatError, IncschedError
+from ..errors import FormatError
 
-__all__ = ["ProblemError", "InfeasibleProblem", "PlacementError", "PlacementInfeasibleError", "check_document"]
-
-
-class ProblemError(IncschedError, ValueError):
-    """A stage problem is malformed: a bad stage count, weight, capacity or speed."""
-
-
-class InfeasibleProblem(IncschedError):
-    """No stage assignment can satisfy the problem's hard constraints; ``reason`` says why and where."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-        super().__init__(reason)
-
-
-class PlacementError(IncschedError, ValueError):
-    """A placement problem, device, links, placement or window is malformed (bad device, unknown
-    node, bad order)."""
-
-
-class PlacementInfeasibleError(PlacementError):
-    """No placement can exist; ``node`` names the node that cannot go anywhere, when there is one."""
-
-    def __init__(self, message: str, node: str | None = None):
-        super().__init__(message)
-        self.node = node
+__all__ = ["check_document"]
 
 
 def check_document(data: Any, *, format: str, version: int, fields: Iterable[str], noun: str, source: str) -> None:

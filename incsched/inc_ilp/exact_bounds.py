@@ -1,0 +1,101 @@
+"""Exact window bounds: global lower bounds raised by CP-SAT optima of small windows.
+
+The combinatorial families of `incsched.bounds` need no solver; this is where the pipeline spends
+CP-SAT time on the bound instead of the answer. Each node's head and tail rise to the exact
+optimum of a window of its nearest ancestors (descendants) (`incsched.solvers.cpsat.placement_bounds`),
+and the families run again on those heads. It lives in `inc_ilp` because it drives a back end and
+shares the run's budget and clock, as every other solver call does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from ..bounds.placement import (
+    ENERGETIC_WINDOW_MAX_NODES,
+    energetic_heads,
+    placement_bound_details,
+    placement_lower_bound,
+    segment_sum_bound,
+    transfer_heads,
+    transfer_tails,
+)
+from ..problems.decompose import segments
+from ..problems.placement import PlacementProblem
+from ..solvers.cpsat.params import wall_cap
+from ..solvers.cpsat.placement_bounds import window_bound
+
+__all__ = ["placement_bound_cpsat"]
+
+
+def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: int | None = None) -> tuple[int, dict]:
+    """`placement_lower_bound` strengthened by exact CP-SAT windows (``incsched.solvers.cpsat.placement_bounds.window_bound``).
+
+    Each node's head and tail are first raised by the exact optimum of a small window of its
+    nearest ancestors (descendants), then every combinatorial family runs on those heads, on the
+    whole problem and on each segment between cut nodes (identical segments solved once).
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+    settings : incsched.solvers.SolverSettings
+        ``time_limit`` caps the whole computation (split between the whole problem and the
+        segments): deterministic seconds in deterministic mode, so the bound never depends on the
+        load, wall seconds otherwise; seed and determinism apply to every CP-SAT run.
+    combinatorial : int, optional
+        `placement_lower_bound` of ``problem``, when the caller has computed it already (seconds of
+        pure Python on 10,000 ops): not computed again.
+
+    Returns
+    -------
+    (int, dict)
+        The bound in ticks (at least `placement_lower_bound`'s) and ``info``: ``families`` (each value),
+        ``reproducible`` (deterministic settings and no window cut or skipped by the clock: the
+        same bound on every rerun, whatever the load), ``work`` (CP-SAT deterministic seconds),
+        ``seconds``.
+    """
+    started = time.perf_counter()
+    clock = started + (wall_cap(settings) if settings.deterministic else settings.time_limit)  # the user's clock
+    capped = [False]
+    spent = [0.0]  # of settings.time_limit: deterministic seconds in deterministic mode, else wall
+    work = [0.0]  # CP-SAT deterministic seconds
+    memo: dict[bytes, int] = {}
+
+    def past_clock() -> bool:
+        if time.perf_counter() < clock:
+            return False
+        capped[0] = True  # the clock, not the budget, left a part with a weaker bound
+        return True
+
+    def strong(p: PlacementProblem, share: float) -> int:
+        key = p.signature()
+        if key in memo:
+            return memo[key]
+        if past_clock():
+            return p.lower_bound_ticks()
+        left = settings.time_limit - (spent[0] if settings.deterministic else time.perf_counter() - started)
+        limit = max(1e-3, min(share, left))
+        h, t = transfer_heads(p), transfer_tails(p)
+        if p.n_nodes <= ENERGETIC_WINDOW_MAX_NODES:
+            h, t = energetic_heads(p, h), energetic_heads(p, t, forward=False)
+        wb, info = window_bound(p, replace(settings, time_limit=limit), head=h, tail=t)
+        spent[0] += info["spent"]
+        work[0] += info["work"]
+        capped[0] = capped[0] or not info["reproducible"]
+        det = placement_bound_details(p, segments=False, head=info["head"], tail=info["tail"], should_stop=past_clock)
+        memo[key] = max(int(wb), det["bound"])
+        return memo[key]
+
+    n_parts = len(segments(problem)) if problem.n_nodes else 1
+    share = settings.time_limit / (2 if n_parts > 1 else 1)
+    if combinatorial is None:
+        combinatorial = placement_lower_bound(problem, should_stop=past_clock)
+    families = {"combinatorial": int(combinatorial)}
+    if problem.n_nodes and problem.n_devices > 1:
+        families["windows"] = strong(problem, share)
+        if n_parts > 1:
+            families["window_segment_sum"] = segment_sum_bound(problem, lambda sub: strong(sub, share / n_parts), past_clock)
+    bound = max(families.values())
+    return int(bound), {"families": families, "reproducible": bool(settings.deterministic and not capped[0]), "work": work[0],
+                        "seconds": time.perf_counter() - started}
