@@ -723,13 +723,13 @@ def _solve_kwargs(args, *, counted_from_start: bool = False) -> dict:
     """`solve()`'s keyword arguments; ``counted_from_start`` charges the process's own start-up
     (imports, reading the graph) to ``--time-limit``, as the user's clock does."""
     deterministic = not args.no_deterministic and args.workers == 1
-    time_limit = args.time_limit
+    kwargs = dict(method=args.method, time_limit=args.time_limit, work_limit=args.work_limit, seed=args.seed,
+                  deterministic=deterministic, workers=args.workers)
     if counted_from_start and getattr(args, "own_process", False):
         # only when this process is the command: main([...]) called from a long-running
-        # process (tests, notebooks) would otherwise have its time limit eaten by that process's age
-        time_limit = max(time_limit - _seconds_since_start(), 1e-3)
-    kwargs = dict(method=args.method, time_limit=time_limit, work_limit=args.work_limit, seed=args.seed,
-                  deterministic=deterministic, workers=args.workers)
+        # process (tests, notebooks) would otherwise have its time limit eaten by that process's
+        # age. The clock starts with the process; the user's time_limit is what the result records.
+        kwargs["clock_started"] = time.perf_counter() - _seconds_since_start()
     if args.preschedule:
         kwargs["preschedule"] = args.preschedule
     return kwargs

@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import incsched.inc_ilp.stage as stage_pipeline
 from incsched.baselines.stage import best_baseline, contiguous_params
 from incsched.baselines.stage_local import loadless_nodes, place_loadless_nodes
 from incsched.evaluate import evaluate_stages
 from incsched.generators import layered_dag
 from incsched.problems import ObjectiveWeights, StageProblem
 from incsched.windows.relax import stage_band_window
-from incsched.front_door import solve
+from incsched import Tuning, solve
 from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import solve_stage
 
@@ -76,16 +75,15 @@ def test_band_window_opens_only_the_band_and_the_roaming_nodes():
 
 
 @pytest.fixture
-def band_path(monkeypatch):
-    """Route every inc-ilp stage solve through the band search, as graphs of thousands of nodes are."""
-    monkeypatch.setattr(stage_pipeline, "BAND_MIN_PAIRS", 0)
-    monkeypatch.setattr(stage_pipeline, "BAND_WORK", 0.2)
+def band_path():
+    """Tuning that routes every inc-ilp stage solve through the band search, as graphs of thousands of nodes are."""
+    return Tuning(stage_band_min_pairs=0, stage_band_work=0.2)
 
 
 def test_band_search_improves_the_incumbent_and_claims_nothing_unproven(band_path):
     p = _peer(80, 4, seed=5)
     incumbent = evaluate_stages(p, best_baseline(p)[1]).objective
-    r = solve(p, "inc-ilp", time_limit=1.5)
+    r = solve(p, "inc-ilp", time_limit=1.5, tuning=band_path)
     ev = evaluate_stages(p, r.stages)
     assert ev.feasible and ev.objective == r.objective <= incumbent
     assert r.lower_bound <= r.objective
@@ -102,7 +100,7 @@ def test_rebalance_brings_the_peak_near_the_average(band_path):
     average = -(-int(p.graph.param_bytes.sum()) // 4)
     # A level split is badly balanced: its peak is half as much again as the average.
     assert evaluate_stages(p, solve(p, "alap").stages).mem_peak > 1.5 * average
-    r = solve(p, "inc-ilp", time_limit=1, preschedule="alap")
+    r = solve(p, "inc-ilp", time_limit=1, preschedule="alap", tuning=band_path)
     record = next(w for w in r.provenance["steps"] if w["phase"] == "rebalance")
     assert record["mem_excess"] <= 0.02 * average
     assert r.terms["mem_peak"] <= average + record["mem_excess"]
@@ -110,8 +108,8 @@ def test_rebalance_brings_the_peak_near_the_average(band_path):
 
 def test_band_search_is_byte_identical_in_deterministic_mode(band_path):
     p = _peer(80, 4, seed=3)
-    a = solve(p, "inc-ilp", time_limit=60, work_limit=1, seed=3)
-    b = solve(p, "inc-ilp", time_limit=60, work_limit=1, seed=3)
+    a = solve(p, "inc-ilp", time_limit=60, work_limit=1, seed=3, tuning=band_path)
+    b = solve(p, "inc-ilp", time_limit=60, work_limit=1, seed=3, tuning=band_path)
     assert a.reproducible and a.stop_reason in ("work", "optimal")
     dump = lambda r: json.dumps(r.to_json(timing=False), sort_keys=True)  # noqa: E731
     assert dump(a) == dump(b)

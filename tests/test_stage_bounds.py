@@ -107,8 +107,8 @@ def test_proof_bound_never_exceeds_the_optimum_and_keeps_every_answer_as_good(pr
         if value <= incumbent:
             if problem.weights.mem_peak > 0:
                 assert max(loads) <= pb.cap
-            if pb.window is not None:
-                assert all(pb.window[0][v] <= x <= pb.window[1][v] for v, x in enumerate(s))
+            if pb.ranges is not None:
+                assert all(pb.ranges[0][v] <= x <= pb.ranges[1][v] for v, x in enumerate(s))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,8 +8,8 @@ earliest and a latest stage (`stage_ranges`), the least cap any assignment can m
 (`peak_lower_bound`: prefix and suffix sums along every topological cut, where ceil(P/K) sees
 only the total), and, per boundary, the fewest data edges that must cross it: the minimum cut
 between the nodes forced before it and those forced after it (`crossing_bounds`). `proof_bound`
-turns these into a global lower bound on the objective and the window (a cap and per-node stage
-ranges) that every answer at least as good as an incumbent lies in, which the exact model then
+turns these into a global lower bound on the objective, a memory cap, and the *precedence ranges*
+(per-node stage ranges) that every answer at least as good as an incumbent lies in, which the exact model then
 searches instead of the whole space.
 
 Exact: Python ints and `fractions.Fraction` throughout; numpy only for sums of non-negative int64
@@ -338,21 +338,21 @@ class ProofBound:
     """What `proof_bound` proves about the answers at least as good as an incumbent.
 
     ``lower_bound``: no assignment has a smaller objective (exact). ``cap``: every answer of
-    objective <= the incumbent's has each stage's parameters <= cap. ``window``: (earliest,
-    latest) stage of every node in every such answer, or None (the graph is too large, or memory
+    objective <= the incumbent's has each stage's parameters <= cap. ``ranges``: the precedence
+    ranges, (earliest, latest) stage of every node in every such answer, or None (the graph is too large, or memory
     is not weighed).
     """
 
     lower_bound: int | Fraction
     cap: int | None
-    window: tuple[np.ndarray, np.ndarray] | None
+    ranges: tuple[np.ndarray, np.ndarray] | None
     peak: int
     crossings: list[int]
 
 
 def proof_bound(problem: StageProblem, incumbent_objective, cl: Closure | None = None, others: int | Fraction = 0,
                 peak: int | None = None) -> ProofBound | None:
-    """A global lower bound and the window of every answer at least as good as the incumbent.
+    """A global lower bound, and the cap and precedence ranges of every answer at least as good as the incumbent.
 
     Every answer of objective <= V (the incumbent's) has peak M with ``w_mem M + w_comm C(M) +
     others <= V``, C(M) the crossing bound under cap M (non-increasing in M); starting from the
@@ -380,7 +380,7 @@ def proof_bound(problem: StageProblem, incumbent_objective, cl: Closure | None =
         peak = peak_lower_bound(problem, cl) if w["mem_peak"] > 0 or problem.capacity is not None else 0
     cap = total
     crossings = [0] * (problem.n_stages - 1)
-    window = None
+    kept = None  # the precedence ranges of the last cap
     for _ in range(6):
         if w["mem_peak"] > 0:
             comm = w["comm_total"] * sum(crossings) + w["comm_peak"] * max(crossings, default=0)
@@ -389,19 +389,19 @@ def proof_bound(problem: StageProblem, incumbent_objective, cl: Closure | None =
             new_cap = cap
         if new_cap < peak:
             # No assignment at least as good as V: V is optimal (it is an answer's objective).
-            return ProofBound(exact_number(V), new_cap, window, peak, crossings)
-        if new_cap == cap and window is not None:
+            return ProofBound(exact_number(V), new_cap, kept, peak, crossings)
+        if new_cap == cap and kept is not None:
             break
         cap = new_cap
         ranges = stage_ranges(problem, cap, cl)
         if ranges is None:
-            return ProofBound(exact_number(V), cap, window, peak, crossings)
-        window = ranges
+            return ProofBound(exact_number(V), cap, kept, peak, crossings)
+        kept = ranges
         crossings = crossing_bounds(problem, *ranges)
         comm = w["comm_total"] * sum(crossings) + w["comm_peak"] * max(crossings, default=0)
         if w["mem_peak"] * peak + comm + others >= V:
             # Already no answer undercuts V (these crossings hold under every tighter cap too):
-            # the tightening rounds would only narrow a window no one needs.
-            return ProofBound(exact_number(V), cap, window, peak, crossings)
+            # the tightening rounds would only narrow ranges no one needs.
+            return ProofBound(exact_number(V), cap, kept, peak, crossings)
     bound = w["mem_peak"] * peak + w["comm_total"] * sum(crossings) + w["comm_peak"] * max(crossings, default=0) + others
-    return ProofBound(exact_number(min(bound, V)), cap, window, peak, crossings)
+    return ProofBound(exact_number(min(bound, V)), cap, kept, peak, crossings)

@@ -274,9 +274,9 @@ def warm_up(policy: bool) -> float:
 def _needs_policy(exp: Experiment) -> bool:
     """Whether some cell may load a learned policy: "rl" itself, or inc-ilp's portfolio, which
     takes the policy in when the time limit allows it."""
-    from ..inc_ilp.incumbent import POLICY_MIN_SECONDS
+    from ..inc_ilp.tuning import Tuning
 
-    return any(m.name == "rl" or m.preschedule == "rl" or (m.name == "inc-ilp" and m.preschedule is None and m.time_limit >= POLICY_MIN_SECONDS)
+    return any(m.name == "rl" or m.preschedule == "rl" or (m.name == "inc-ilp" and m.preschedule is None and m.time_limit >= Tuning().policy_min_seconds)
                for m in exp.methods)
 
 

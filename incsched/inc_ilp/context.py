@@ -2,7 +2,9 @@
 progress reports, the log of steps, and the best answer and bound found so far.
 
 The phases (`incumbent`, `stage`, `placement`) only ask the context how much they may spend and
-tell it what they found; the context decides nothing about the algorithm. Keeping the best answer
+tell it what they found, through its methods (`settings`, `charge`, `spend`, `improve`,
+`raise_bound`, `settle_window`, `prove_optimal`, `prove_infeasible`, `record`); they never write
+its fields. The context decides nothing about the algorithm. Keeping the best answer
 here is what makes every phase interruptible: whatever stops the run, the front door certifies
 `Context.best` and returns it.
 """
@@ -19,15 +21,13 @@ from typing import Any, Callable, Iterator
 
 from incsched.solvers import SolverOutput, SolverSettings, StopSignal
 
+from .tuning import Tuning
+
 __all__ = ["Context", "Progress", "STOP_REASONS", "gap"]
 
 #: What ended a run: a finished proof (of optimality or infeasibility), the user's clock, the work
 #: budget, Ctrl-C, the progress callback, or nothing at all (a heuristic method has no search).
 STOP_REASONS = ("optimal", "time", "work", "interrupted", "callback", "done")
-
-#: Wall seconds kept back from the clock for the final re-check and the result (measured: the
-#: simulator and evaluator take under 50 ms on 1,000 nodes; the rest is margin for a loaded machine).
-_CLOSING_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ class Context:
         ``check(answer, claimed=None) -> value``: the independent evaluator, raising on a wrong claim.
     on_progress : callable, optional
         Called with a `Progress` on every improvement; returning False stops the run.
+    tuning : Tuning
+        The pipeline's tuning constants (`incsched.inc_ilp.tuning`).
     """
 
     problem: Any
@@ -87,6 +89,7 @@ class Context:
     seed: int
     check: Callable[..., Any]
     on_progress: Callable[[Progress], Any] | None = None
+    tuning: Tuning = field(default_factory=Tuning)
     probing_level: int | None = None
     started: float = field(default_factory=time.perf_counter)
     stop: StopSignal = field(default_factory=StopSignal)
@@ -120,7 +123,7 @@ class Context:
         return time.perf_counter() - self.started
 
     def wall_left(self) -> float:
-        return max(self.time_limit - _CLOSING_SECONDS - self.elapsed(), 0.0)
+        return max(self.time_limit - self.tuning.closing_seconds - self.elapsed(), 0.0)
 
     def work_left(self) -> float:
         if self.work_limit is None:
@@ -153,9 +156,11 @@ class Context:
             self._timer.start()
 
     def stop_clock(self) -> None:
+        """No more searches: cancel the timer and note the run's total wall time."""
         self._clock_started = False
         if self._timer is not None:
             self._timer.cancel()
+        self.timing["total"] = self.elapsed()
 
     def settings(self, work: float | None = None, *, workers: int | None = None) -> SolverSettings:
         """Settings of one CP-SAT call allowed ``work`` (None: all that is left of the budget).
@@ -179,8 +184,13 @@ class Context:
 
     def charge(self, out: SolverOutput) -> None:
         """Count a back end's work against the budget."""
-        self.work_spent += float(out.info.get("deterministic_time") or 0.0)
-        if out.info.get("wall_capped"):
+        self.spend(float(out.info.get("deterministic_time") or 0.0), bool(out.info.get("wall_capped")))
+
+    def spend(self, work: float, wall_capped: bool = False) -> None:
+        """Count ``work`` deterministic seconds against the budget; ``wall_capped``: the clock cut
+        (or skipped) a deterministic step, so a rerun may not repeat it."""
+        self.work_spent += work
+        if wall_capped:
             self.wall_capped = True
 
     # ------------------------------------------------------------------ what was found
@@ -194,6 +204,18 @@ class Context:
         self.window_optimal = False
         self._report(phase)
         return True
+
+    def settle_window(self) -> None:
+        """The best answer is the proven optimum of the window just solved."""
+        self.window_optimal = True
+
+    def prove_optimal(self) -> None:
+        """The full model proved the best answer optimal."""
+        self.proven = True
+
+    def prove_infeasible(self, reason: str | None) -> None:
+        """The full model (or a bound) proved that no answer exists; ``reason`` says why and where."""
+        self.infeasible_reason, self.proven = reason, True
 
     def raise_bound(self, value, source: str, phase: str) -> bool:
         """Keep a proven global lower bound if it is higher than the best so far."""

@@ -29,7 +29,8 @@ from ..solvers.cpsat.placement_bounds import window_bound
 __all__ = ["placement_bound_cpsat"]
 
 
-def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: int | None = None) -> tuple[int, dict]:
+def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: int | None = None, *,
+                          energetic_max_nodes: int = ENERGETIC_WINDOW_MAX_NODES) -> tuple[int, dict]:
     """`placement_lower_bound` strengthened by exact CP-SAT windows (``incsched.solvers.cpsat.placement_bounds.window_bound``).
 
     Each node's head and tail are first raised by the exact optimum of a small window of its
@@ -46,6 +47,9 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
     combinatorial : int, optional
         `placement_lower_bound` of ``problem``, when the caller has computed it already (seconds of
         pure Python on 10,000 ops): not computed again.
+    energetic_max_nodes : int
+        Heads are first raised by energy over ancestors (`energetic_heads`, about n^2) on
+        problems and segments of at most this many nodes.
 
     Returns
     -------
@@ -77,7 +81,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
         left = settings.time_limit - (spent[0] if settings.deterministic else time.perf_counter() - started)
         limit = max(1e-3, min(share, left))
         h, t = transfer_heads(p), transfer_tails(p)
-        if p.n_nodes <= ENERGETIC_WINDOW_MAX_NODES:
+        if p.n_nodes <= energetic_max_nodes:
             h, t = energetic_heads(p, h), energetic_heads(p, t, forward=False)
         wb, info = window_bound(p, replace(settings, time_limit=limit), head=h, tail=t)
         spent[0] += info["spent"]

@@ -17,13 +17,7 @@ from ..errors import UnknownNameError
 from ..helper_thread import Abandoned, run_in_helper
 from .context import Context
 
-__all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "POLICY_MIN_SECONDS"]
-
-#: Time limits below this skip the learned policy in the portfolio: its first use in a process
-#: imports torch and compiles its decoder (measured 2.2-2.8 s on this 2-core machine, cold),
-#: which a short budget cannot afford. A rule on the limit, not on the clock, so it repeats.
-POLICY_MIN_SECONDS = 8.0
-
+__all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "search_evaluations"]
 
 def _policy(module: str) -> Callable:
     """The learned policy's ``preschedule`` from ``module``, imported (with torch) on first use."""
@@ -39,33 +33,8 @@ def _policy(module: str) -> Callable:
 STAGE_PRESCHEDULERS: dict[str, Callable] = {**STAGE_BASELINES, "rl": _policy("incsched.policy.stage_policy")}
 PLACEMENT_PRESCHEDULERS: dict[str, Callable] = {**PLACEMENT_BASELINES, "rl": _policy("incsched.policy.placement_policy")}
 
-#: The stage portfolio: every baseline is a few milliseconds to a second on 1,000 nodes.
-_STAGE_PORTFOLIO = ("contiguous_params", "contiguous_compute", "pipedream_dp", "dp_local_search", "asap", "alap")
-
 #: Candidates that polish another's answer, given it when it ran already (the DP runs once, not twice).
 _STARTS_FROM = {"dp_local_search": "pipedream_dp"}
-
-#: The placement portfolio: the two list schedulers; local search then improves the best of all.
-_PLACEMENT_PORTFOLIO = ("heft", "critical_path_list")
-
-#: The placement portfolio also runs the local-search baseline (2,500 evaluations), so that
-#: inc-ilp is never worse than any baseline a user could have run instead.
-_SLOW_CANDIDATES = {"stage": (), "placement": ("local_search",)}
-
-#: Seconds per node a candidate may take, measured on this 2-core machine and rounded up
-#: (stage: rand_graph_1000/5000/10000, dp_local_search 0.2 / 3.6 / 7.6 s, the policy 1.4 / 0.2 /
-#: 1.6 s warm; placement: local search 1-3 s on 100-300 ops, the policy 0.14 s on 1,021 ops and
-#: 0.55 s on 9,997 warm, the doppler experiment's speed profile). A candidate whose estimate exceeds
-#: `_PORTFOLIO_SHARE` of the time limit is skipped and the log says so: pure-Python candidates
-#: cannot be stopped half-way, and the clock must hold. A rule on size and limit, so it repeats.
-_COST_PER_NODE = {"stage": {"pipedream_dp": 1e-4, "dp_local_search": 1e-3, "rl": 3e-4},
-                  "placement": {"local_search": 1e-2, "rl": 2e-4}}
-_PORTFOLIO_SHARE = 0.25
-
-#: Local-search assignments per nominal second of budget, and at most (about a millisecond each on
-#: 200 ops: a fifth of the budget, counted in evaluations so that it repeats).
-_SEARCH_PER_SECOND = 200
-_SEARCH_MAX = 20_000
 
 
 def run_prescheduler(ctx: Context, name_or_fn, table: dict[str, Callable]):
@@ -91,19 +60,21 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     """Run the portfolio for ``kind`` ("stage" or "placement") and keep the best as the incumbent.
 
     The learned policy joins when ``policy`` is set and the time limit affords its first load
-    (`POLICY_MIN_SECONDS`); the log says which candidate won and what each scored.
+    (`Tuning.policy_min_seconds`); the log says which candidate won and what each scored.
     """
     table = STAGE_PRESCHEDULERS if kind == "stage" else PLACEMENT_PRESCHEDULERS
-    names = list(_STAGE_PORTFOLIO if kind == "stage" else _PLACEMENT_PORTFOLIO)
+    t = ctx.tuning
+    names = list(t.stage_portfolio if kind == "stage" else t.placement_portfolio)
     skipped = None
-    if ctx.time_limit >= POLICY_MIN_SECONDS:
-        names += _SLOW_CANDIDATES[kind]
+    if ctx.time_limit >= t.policy_min_seconds:
+        names += [] if kind == "stage" else list(t.placement_polish)
         if policy:
             names.insert(0, "rl")
     elif policy:
-        skipped = f"learned policy skipped: time_limit {ctx.time_limit:g} s is below the {POLICY_MIN_SECONDS:g} s its first load may take"
+        skipped = f"learned policy skipped: time_limit {ctx.time_limit:g} s is below the {t.policy_min_seconds:g} s its first load may take"
     n_nodes = ctx.problem.graph.n_nodes
-    affordable = [name for name in names if _COST_PER_NODE[kind].get(name, 0.0) * n_nodes <= _PORTFOLIO_SHARE * ctx.time_limit]
+    cost = t.stage_seconds_per_node if kind == "stage" else t.placement_seconds_per_node
+    affordable = [name for name in names if cost.get(name, 0.0) * n_nodes <= t.portfolio_share * ctx.time_limit]
     too_slow = [name for name in names if name not in affordable]
     if too_slow:
         skipped = (skipped + "; " if skipped else "") + f"skipped as too slow for {n_nodes} nodes in {ctx.time_limit:g} s: {', '.join(too_slow)}"
@@ -136,7 +107,7 @@ def _on_the_clock(ctx: Context, name: str, fn: Callable):
     helper thread, so that the clock and Ctrl-C still end the run on time; an abandoned load
     finishes in the background, and the next run in the process finds the policy ready.
     """
-    if name != "rl":  # the baselines are budgeted by their measured cost per node (`_COST_PER_NODE`)
+    if name != "rl":  # the baselines are budgeted by their measured cost per node (`Tuning.stage_seconds_per_node`)
         return fn(ctx.problem, ctx.seed)
     try:
         return run_in_helper(lambda: fn(ctx.problem, ctx.seed), "incsched policy", should_stop=ctx.stopped)
@@ -157,4 +128,4 @@ def _polish(ctx: Context) -> None:
 def search_evaluations(ctx: Context, n_nodes: int) -> int:
     """Local-search budget for ``n_nodes`` of the problem's graph, by the nominal budget."""
     scale = n_nodes / max(ctx.problem.n_nodes, 1)
-    return int(min(max(ctx.nominal_work * _SEARCH_PER_SECOND * scale, 200), _SEARCH_MAX))
+    return int(min(max(ctx.nominal_work * ctx.tuning.search_per_second * scale, 200), ctx.tuning.search_max))

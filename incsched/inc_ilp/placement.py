@@ -49,46 +49,6 @@ __all__ = ["run", "make_check", "solve_cpsat"]
 
 log = logging.getLogger(__name__)
 
-#: Share of the nominal budget the CP-SAT window bounds may spend (they take 1-10 s on 100-400 ops).
-BOUND_SHARE = 0.1
-
-#: Share of the nominal budget one window solve may spend.
-WINDOW_SHARE = 0.15
-
-#: Window solves at most, re-centred or widened, before the full model takes over.
-MAX_WINDOWS = 8
-
-#: Ranked windows: the policy's probability each op's devices cover, the first start slack as a
-#: share of the incumbent's makespan, the share of the nominal budget of one solve, and solves at most.
-RANKED_MASS = 0.8
-RANKED_SLACK = 0.05
-RANKED_SHARE = 0.08
-MAX_RANKED = 4
-
-#: Large-neighbourhood rounds: the share of the nominal budget they may spend in all and per round,
-#: the ops a time slice frees (about: whole list-schedule steps are taken), and the start slack of
-#: every op as a share of the incumbent's makespan (an improvement moves later ops by at most that).
-ROUNDS_SHARE = 0.3
-ROUND_SHARE = 0.02
-#: Rounds in a row that neither improve nor prove their neighbourhood optimal before the rest of the
-#: budget goes to the full model (measured on the wide FFNN, 196 ops, 4 devices: its neighbourhoods
-#: are too large for a round's share, and the full model finds more with the budget).
-MAX_MISSES = 4
-SLICE_NODES = 48
-ROUND_SLACK = 0.2
-
-#: Share of the nominal budget the per-segment solves get (the rest goes to the hinted full model).
-SEGMENT_SHARE = 0.75
-
-#: Work of each segment's transfer-aware relaxation bound (it proves in well under one second).
-RELAXATION_WORK = 2.0
-
-#: Refuting short makespans of a segment (`segment_proof_bound`) gets this share of the segment's
-#: solve time on top of it, spread over at most `PROOF_PROBES` bisection probes of two runs each.
-PROOF_SHARE = 0.2
-PROOF_PROBES = 4
-
-
 def make_check(problem: PlacementProblem):
     """The independent simulator as ``check(placement, claimed=None) -> makespan``.
 
@@ -213,11 +173,11 @@ def prove(ctx: Context) -> None:
     ctx.charge(out)
     ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
     if out.status == "infeasible":
-        ctx.infeasible_reason, ctx.proven = out.info.get("reason"), True
+        ctx.prove_infeasible(out.info.get("reason"))
         return
     _take(ctx, out, "full")
     if out.status == "optimal":
-        ctx.proven = True
+        ctx.prove_optimal()
         ctx.raise_bound(ctx.best_value, "cpsat-full", "full")
     elif out.bound is not None:
         ctx.raise_bound(int(out.bound), "cpsat-full", "full")
@@ -249,10 +209,10 @@ def strengthen_bound(ctx: Context, combinatorial: int | None = None) -> None:
     ``combinatorial``: `combinatorial_bound`'s value, not computed twice.
     """
     with ctx.timed("bound"):
-        bound, info = placement_bound_cpsat(ctx.problem, ctx.settings(BOUND_SHARE * ctx.nominal_work), combinatorial)
-    ctx.work_spent += info["work"]
-    if ctx.deterministic and not info["reproducible"]:
-        ctx.wall_capped = True  # a window the clock cut or skipped: the bound may differ on rerun
+        bound, info = placement_bound_cpsat(ctx.problem, ctx.settings(ctx.tuning.placement_bound_share * ctx.nominal_work), combinatorial,
+                                           energetic_max_nodes=ctx.tuning.placement_energetic_max_nodes)
+    # a window the clock cut or skipped: the bound may differ on rerun
+    ctx.spend(info["work"], wall_capped=ctx.deterministic and not info["reproducible"])
     ctx.record("bound", bound=bound, families=info["families"])
     ctx.raise_bound(bound, "cpsat-windows", "bound")
 
@@ -261,19 +221,19 @@ def windows(ctx: Context) -> None:
     """Windows of devices around the best placement, re-centred on improvement, widened when settled."""
     p: PlacementProblem = ctx.problem
     hops, solves = 1, 0
-    while solves < MAX_WINDOWS and not ctx.stopped() and ctx.best_value > ctx.lower_bound:
+    while solves < ctx.tuning.placement_max_windows and not ctx.stopped() and ctx.best_value > ctx.lower_bound:
         window = placement_window(p, ctx.best.device, hops=hops)
         if window.allowed.sum(1).min() == p.n_devices:
             return  # the window holds every device: the full model is next anyway
         with ctx.timed("window"):
-            out = solve_cpsat(p, ctx.settings(WINDOW_SHARE * ctx.nominal_work), window=window, hint=ctx.best)
+            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_window_share * ctx.nominal_work), window=window, hint=ctx.best)
         ctx.charge(out)
         solves += 1
         ctx.record("window", hops=hops, status=out.status, objective=out.objective,
                    devices_per_node=float(window.allowed.sum(1).mean()))
         improved = _take(ctx, out, f"window hops={hops}")
         if out.status == "optimal" and ctx.best_value == out.objective:
-            ctx.window_optimal = True
+            ctx.settle_window()
         if improved:
             continue  # re-centred on the better placement, same width
         if out.status != "optimal":
@@ -295,8 +255,8 @@ def ranked(ctx: Context) -> None:
     """Windows of the devices the learned policy ranks first, with starts near the incumbent's.
 
     The policy reads the incumbent's own schedule (`device_preferences`: teacher-forced decoding)
-    and each op keeps its device plus those the policy ranks first until they cover `RANKED_MASS`
-    of its probability. Starts may move `RANKED_SLACK` of the makespan either way; where the optimum
+    and each op keeps its device plus those the policy ranks first until they cover `Tuning.placement_ranked_mass`
+    of its probability. Starts may move `Tuning.placement_ranked_slack` of the makespan either way; where the optimum
     improves or touches a start's edge the window is re-centred and its slack doubled. Runs only
     where the portfolio ran the policy (its load is paid for), so short budgets skip it by rule.
     """
@@ -305,17 +265,17 @@ def ranked(ctx: Context) -> None:
         return
     from ..policy.placement_policy import device_preferences  # torch: already imported by the portfolio
 
-    slack = max(int(RANKED_SLACK * ctx.best_value), 1)
-    for _ in range(MAX_RANKED):
+    slack = max(int(ctx.tuning.placement_ranked_slack * ctx.best_value), 1)
+    for _ in range(ctx.tuning.placement_max_ranked):
         if not _open(ctx):
             return
         sched = _executed(ctx)
         with ctx.timed("ranked"):
             best = Placement(ctx.best.device, ctx.best.order, start=sched.start)
-            allowed = ranked_devices(p, best.device, device_preferences(p, best), mass=RANKED_MASS)
+            allowed = ranked_devices(p, best.device, device_preferences(p, best), mass=ctx.tuning.placement_ranked_mass)
             lo, hi = start_window(sched.start, slack)
             window = PlacementWindow(allowed, lo, hi)
-            out = solve_cpsat(p, ctx.settings(RANKED_SHARE * ctx.nominal_work), window=window, hint=best)
+            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_ranked_share * ctx.nominal_work), window=window, hint=best)
         ctx.charge(out)
         touched = _touches(out, lo, hi)
         ctx.record("ranked", slack=slack, status=out.status, objective=out.objective, touched=touched,
@@ -345,21 +305,21 @@ def rounds(ctx: Context) -> None:
 
     A pair round lets the ops of two devices trade places (every other op keeps its device); a
     slice round lets the ops running in one stretch of the schedule take any device. Starts stay
-    within `ROUND_SLACK` of the makespan of the incumbent's, which keeps each model small. Each
+    within `Tuning.placement_round_slack` of the makespan of the incumbent's, which keeps each model small. Each
     round is solved hinted by the best; an improvement re-centres the rounds on it, and a whole
     pass without one ends them.
     """
     p: PlacementProblem = ctx.problem
     if p.n_devices < 2 or not _open(ctx):
         return
-    spent, per_round, share = 0.0, ROUND_SHARE * ctx.nominal_work, ROUNDS_SHARE * ctx.nominal_work
+    spent, per_round, share = 0.0, ctx.tuning.placement_round_share * ctx.nominal_work, ctx.tuning.placement_rounds_share * ctx.nominal_work
     done = misses = 0
     while _open(ctx):
         improved = False
         # One pass around one best placement (an improvement ends the pass): its schedule and
         # start ranges hold for every round of the pass.
         sched = _executed(ctx)
-        lo, hi = start_window(sched.start, max(int(ROUND_SLACK * ctx.best_value), 1))
+        lo, hi = start_window(sched.start, max(int(ctx.tuning.placement_round_slack * ctx.best_value), 1))
         for name, free, devices in _neighbourhoods(ctx, sched):
             if not _open(ctx):
                 return
@@ -377,7 +337,7 @@ def rounds(ctx: Context) -> None:
                 improved, misses = True, 0
                 break  # re-centre: the neighbourhoods follow the new best
             misses = 0 if out.status == "optimal" else misses + 1
-            if misses >= MAX_MISSES:
+            if misses >= ctx.tuning.placement_max_misses:
                 ctx.record("rounds", rounds=done, note=f"{misses} rounds in a row neither improved nor proved their neighbourhood")
                 return
         if not improved:
@@ -396,11 +356,11 @@ def _neighbourhoods(ctx: Context, sched: Schedule):
         devices = np.zeros(p.n_devices, dtype=bool)
         devices[[a, b]] = True
         yield f"devices {a},{b}", device_pair(device, a, b), devices
-    # Slices of about SLICE_NODES ops by start order, each overlapping the next by half.
+    # Slices of about ctx.tuning.placement_slice_nodes ops by start order, each overlapping the next by half.
     order = np.argsort(sched.start, kind="stable")
-    step = max(SLICE_NODES // 2, 1)
+    step = max(ctx.tuning.placement_slice_nodes // 2, 1)
     for first in range(0, max(len(order) - step, 1), step):
-        chosen = order[first:first + SLICE_NODES]
+        chosen = order[first:first + ctx.tuning.placement_slice_nodes]
         lo, hi = int(sched.start[chosen].min()), int(sched.end[chosen].max())
         yield f"slice {lo}-{hi}", time_slice(sched.start, sched.end, lo, hi), None
 
@@ -430,7 +390,7 @@ def segments(ctx: Context) -> None:
     solved: dict[bytes, tuple[Placement, int]] = {}
     keys = [sub.signature() for sub in subs]
     big = sum(len(nodes) for nodes in seg_nodes if len(nodes) > 2)
-    phase_work = ctx.nominal_work * SEGMENT_SHARE
+    phase_work = ctx.nominal_work * ctx.tuning.placement_segment_share
     complete = True
     with ctx.timed("segments"):
         for i, (nodes, sub, key) in enumerate(zip(seg_nodes, subs, keys)):
@@ -467,15 +427,14 @@ def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float) -> 
         pl = Placement(out.assignment, tuple(tuple(o) for o in out.info["order"]), start=out.start)
     bound = int(out.bound) if out.bound is not None else sub.lower_bound_ticks()
     # The transfer-aware relaxation usually bounds a segment far above CP-SAT's search.
-    relaxed, capped = segment_bound(sub, ctx.settings(RELAXATION_WORK))
-    ctx.wall_capped = ctx.wall_capped or capped
+    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work))
+    ctx.spend(0.0, wall_capped=capped)
     bound = max(bound, relaxed)
     # The decision model refutes makespans the relaxation cannot (one run per exit case).
     makespan = simulate(sub, pl, "ordered").makespan
-    per_run = work * PROOF_SHARE / (2 * PROOF_PROBES)
-    proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run), lower=bound, probes=PROOF_PROBES)
-    if ctx.deterministic:
-        ctx.work_spent += 2 * per_run * len(probes)  # at most what the probes may have used
-    ctx.wall_capped = ctx.wall_capped or any(pr["wall_capped"] for pr in probes)
+    per_run = work * ctx.tuning.placement_proof_share / (2 * ctx.tuning.placement_proof_probes)
+    proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run), lower=bound, probes=ctx.tuning.placement_proof_probes)
+    # at most what the probes may have used
+    ctx.spend(2 * per_run * len(probes) if ctx.deterministic else 0.0, wall_capped=any(pr["wall_capped"] for pr in probes))
     info = {"status": out.status, "objective": makespan, "relaxation": relaxed, "probes": len(probes)}
     return pl, max(bound, proven), info

@@ -15,11 +15,13 @@
                                            cycle brings nothing
       prove(ctx)                           the full model, hinted by the best, all that is left
 
-Every model solved after the incumbent carries the *objective window* (`objective_window`): a
-stage-memory cap that only answers worse than the best can exceed, so each optimum found is also
-a global statement; with a `Reduction`, also the precedence cap and each node's stage range,
-which every answer as good as the best keeps, and the exact rules of `incsched.bounds.reductions`
-(merged and placed loadless nodes), which keep an optimum inside such a window. Every answer passes
+Three restrictions, three names. The *relaxation window* (`incsched.windows`) is chosen: stages
+around the incumbent, searched for a better answer. The *objective cap* (`objective_cap`), carried
+by every model solved after the incumbent, is proven: a stage-memory cap that only answers worse
+than the best can exceed, so each optimum found is also a global statement. The *precedence
+ranges* of a `Reduction` are proven too: a tighter memory cap and each node's stage range, which
+every answer as good as the best keeps; the exact rules of `incsched.bounds.reductions` (merged
+and placed loadless nodes) keep an optimum inside them. Every answer passes
 the independent evaluator before it is kept.
 """
 
@@ -46,33 +48,7 @@ from ..bounds.stage import MAX_CLOSURE_NODES, ProofBound, closure, peak_lower_bo
 from .context import Context
 from .incumbent import STAGE_PRESCHEDULERS, portfolio, run_prescheduler
 
-__all__ = ["run", "make_check", "SolverDisagreement"]
-
-#: Stage models with more open node-stage pairs (after the precedence reductions) than this are improved by bands, not whole windows
-#: (a band of a 1,000-node, K=10 model solves in about a second; the whole model barely moves).
-BAND_MIN_PAIRS = 5_000
-
-#: Adjacent stages opened up together in one band.
-BAND_WIDTH = 2
-
-#: Work of one band per thousand nodes (deterministic seconds, or wall seconds outside that mode).
-BAND_WORK = 1.0
-
-#: Share of the nominal budget one window solve may spend before the full model takes over.
-WINDOW_SHARE = 0.2
-
-#: The incumbent tried against the precedence bound before the portfolio runs.
-FIRST_INCUMBENT = "pipedream_dp"
-
-#: Share of the nominal budget the first, reduced full model may spend before the portfolio runs.
-QUICK_PROOF_SHARE = 0.02
-
-#: `incsched.bounds.reductions`'s rules in the reduced full model (None: none), as its keyword arguments.
-RULES: dict | None = {"place": True, "symmetry": False}
-
-#: Peak memory above the average stage load (bytes) that `rebalance` is tried for.
-BALANCE_SLACK = 5
-
+__all__ = ["run", "make_check", "objective_cap"]
 
 def make_check(problem: StageProblem):
     """The independent evaluator as ``check(stages, claimed=None) -> objective | None``.
@@ -98,7 +74,7 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
     p: StageProblem = ctx.problem
     reason = p.infeasibility()
     if reason is not None:
-        ctx.infeasible_reason, ctx.proven = reason, True
+        ctx.prove_infeasible(reason)
         return
     ctx.raise_bound(stage_lower_bound(p), "combinatorial", "bounds")
     if method in STAGE_PRESCHEDULERS:
@@ -125,12 +101,12 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
                 reduction = Reduction.of(ctx)
                 if ctx.best_value <= ctx.lower_bound or ctx.stopped():
                     return
-                if reduction.pairs(p) <= BAND_MIN_PAIRS:
+                if reduction.pairs(p) <= ctx.tuning.stage_band_min_pairs:
                     # The reduced model is often small enough to settle at once (densenet121
                     # K=4: 28 free nodes, 0.02 s), and the portfolio then never runs; a short
                     # budget, so a hard one costs little before the usual path.
-                    model, window = reduction.model(ctx)
-                    prove(ctx, model, hint=ctx.best, window=window, work=QUICK_PROOF_SHARE * ctx.nominal_work, rules=reduction.rules(p))
+                    model, ranges = reduction.model(ctx)
+                    prove(ctx, model, hint=ctx.best, ranges=ranges, work=ctx.tuning.stage_quick_proof_share * ctx.nominal_work, rules=reduction.rules(ctx))
                     if ctx.proven or ctx.stopped():
                         return
         portfolio(ctx, "stage")
@@ -146,18 +122,18 @@ def run(ctx: Context, method: str, preschedule=None, radius: int = 1) -> None:
         reduction.renew(ctx)
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
-    if reduction.pairs(p) > BAND_MIN_PAIRS:
+    if reduction.pairs(p) > ctx.tuning.stage_band_min_pairs:
         if not bands(ctx):
             return  # unsettled bands had the budget: the full model of a graph this size is hopeless
         if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
-            model, window = reduction.model(ctx)
-            prove(ctx, model, hint=ctx.best, window=window, rules=reduction.rules(p))
+            model, ranges = reduction.model(ctx)
+            prove(ctx, model, hint=ctx.best, ranges=ranges, rules=reduction.rules(ctx))
         return
     if windows(ctx, radius, reduction):
         return  # a window grew into the whole problem and settled it
     if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
-        model, window = reduction.model(ctx)
-        prove(ctx, model, hint=ctx.best, window=window, rules=reduction.rules(p))
+        model, ranges = reduction.model(ctx)
+        prove(ctx, model, hint=ctx.best, ranges=ranges, rules=reduction.rules(ctx))
 
 
 def first_incumbent(ctx: Context) -> None:
@@ -178,11 +154,11 @@ def first_incumbent(ctx: Context) -> None:
             if stages is not None and (best_key is None or key < best_key):
                 best, best_key = stages, key
     if best is None or best_key[0]:  # over a hard capacity
-        run_prescheduler(ctx, FIRST_INCUMBENT, STAGE_PRESCHEDULERS)
+        run_prescheduler(ctx, ctx.tuning.stage_first_incumbent, STAGE_PRESCHEDULERS)
         return
     value = ctx.check(best)
     ctx.improve(best, value, "preschedule:pipedream_dp(bottleneck cap)")
-    ctx.record("incumbent", prescheduler=FIRST_INCUMBENT, caps="bottleneck only", objective=value)
+    ctx.record("incumbent", prescheduler=ctx.tuning.stage_first_incumbent, caps="bottleneck only", objective=value)
 
 
 class Reduction:
@@ -198,10 +174,11 @@ class Reduction:
         self.cl, self.peak, self.bound, self.value = cl, peak, None, None
         self._rules = None
 
-    def rules(self, p: StageProblem) -> StageReduction | None:
+    def rules(self, ctx: Context) -> StageReduction | None:
         """`incsched.bounds.reductions`'s exact rules for the reduced full model (computed once)."""
-        if self._rules is None and RULES is not None:
-            self._rules = stage_reduction(p, **RULES)
+        t = ctx.tuning
+        if self._rules is None and t.stage_reductions:
+            self._rules = stage_reduction(ctx.problem, place=t.stage_place_loadless, symmetry=t.stage_order_branches)
         return self._rules
 
     @classmethod
@@ -218,9 +195,9 @@ class Reduction:
 
     def pairs(self, p: StageProblem) -> int:
         """Node-stage pairs the reduced model keeps open (all of them without the bound)."""
-        if self.bound is None or self.bound.window is None:
+        if self.bound is None or self.bound.ranges is None:
             return p.graph.n_nodes * p.n_stages
-        lo, hi = self.bound.window
+        lo, hi = self.bound.ranges
         return int((hi - lo + 1)[hi > lo].sum())
 
     def renew(self, ctx: Context) -> ProofBound | None:
@@ -233,30 +210,30 @@ class Reduction:
         others = sum((w[t] * terms[t] for t in ("compute_peak", "spill")), Fraction(0))
         with ctx.timed("bounds"):
             pb = proof_bound(p, ctx.best_value, self.cl, others=others, peak=self.peak)
-        window = pb.window
-        if window is not None and not _inside(ctx.best, window):
-            window = None  # never: the best is an answer at least as good as itself (tested)
-        self.bound, self.value = replace(pb, window=window), ctx.best_value
+        ranges = pb.ranges
+        if ranges is not None and not _inside(ctx.best, ranges):
+            ranges = None  # never: the best is an answer at least as good as itself (tested)
+        self.bound, self.value = replace(pb, ranges=ranges), ctx.best_value
         ctx.record("precedence bound", peak=pb.peak, cap=pb.cap, crossings=sum(pb.crossings), lower_bound=pb.lower_bound,
-                   free_nodes=None if window is None else int((window[1] > window[0]).sum()))
+                   free_nodes=None if ranges is None else int((ranges[1] > ranges[0]).sum()))
         ctx.raise_bound(pb.lower_bound, "precedence", "bounds")
         return self.bound
 
     def model(self, ctx: Context) -> tuple[StageProblem, tuple[np.ndarray, np.ndarray] | None]:
-        """The problem under the objective window and the precedence cap, and the stage ranges."""
+        """The problem under the objective cap and the precedence cap, and the precedence ranges."""
         pb = self.renew(ctx)
-        model = objective_window(ctx.problem, ctx.best_value)
+        model = objective_cap(ctx.problem, ctx.best_value)
         if pb is None:
             return model, None
         if pb.cap is not None and ctx.problem.weights.mem_peak > 0:
             caps = tuple(min(int(c), pb.cap) for c in model.capacity)
             model = replace(model, capacity=caps)
-        return model, pb.window
+        return model, pb.ranges
 
 
-def _inside(stages, window) -> bool:
+def _inside(stages, ranges) -> bool:
     s = np.asarray(stages)
-    return bool(np.all(s >= window[0]) and np.all(s <= window[1]))
+    return bool(np.all(s >= ranges[0]) and np.all(s <= ranges[1]))
 
 
 def _intersect(window, ranges):
@@ -267,14 +244,14 @@ def _intersect(window, ranges):
     return lo, hi
 
 
-def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | None = None, rules=None) -> None:
-    """The full model (``model``: the problem, possibly under an objective window and the
-    precedence ranges ``window`` every answer as good as the best keeps), with ``work`` (default
-    all that is left) and the exact ``rules`` of `incsched.bounds.reductions` if given (valid there:
-    both windows hold every answer as good as the best)."""
+def prove(ctx: Context, model: StageProblem, hint, ranges=None, work: float | None = None, rules=None) -> None:
+    """The full model (``model``: the problem, possibly under the objective cap, and the
+    precedence ``ranges`` every answer as good as the best keeps), with ``work`` (default all that
+    is left) and the exact ``rules`` of `incsched.bounds.reductions` if given (valid there: cap and
+    ranges hold every answer as good as the best)."""
     with ctx.timed("proof"):
         settings, lp = ctx.settings(work), {}  # solve_stage's optional keywords
-        if window is not None:
+        if ranges is not None:
             # Reduced models are small: the full LP pays for itself there (solve_stage's
             # measurement), and presolve's probing does not (the seven hardest shipped proofs,
             # K=6/8: deterministic time 1.56 -> 0.99 s, best-of-3 wall 9.1 -> 7.4 s at load 7).
@@ -283,7 +260,7 @@ def prove(ctx: Context, model: StageProblem, hint, window=None, work: float | No
                 settings = replace(settings, probing_level=0)
         if rules is not None:
             lp["reduction"] = rules
-        out = solve_stage(model, settings, window=window, hint=hint, **lp)
+        out = solve_stage(model, settings, window=ranges, hint=hint, **lp)
     ctx.charge(out)
     ctx.record("full", status=out.status, objective=out.objective, bound=out.bound,
                deterministic_time=round(float(out.info.get("deterministic_time") or 0.0), 4), **out.info.get("reduction", {}))
@@ -300,7 +277,7 @@ def windows(ctx: Context, radius: int, reduction: Reduction | None = None) -> bo
     p: StageProblem = ctx.problem
     r = max(int(radius), 1)
     while not ctx.stopped() and ctx.best_value > ctx.lower_bound:
-        model, ranges = reduction.model(ctx) if reduction is not None else (objective_window(p, ctx.best_value), None)
+        model, ranges = reduction.model(ctx) if reduction is not None else (objective_cap(p, ctx.best_value), None)
         window = stage_window(p, ctx.best, r)
         # A window covering the precedence ranges holds every answer as good as the best: the whole problem.
         whole = window_is_everything(p, window) or (ranges is not None and bool(np.all(window[0] <= ranges[0]) and np.all(window[1] >= ranges[1])))
@@ -310,7 +287,7 @@ def windows(ctx: Context, radius: int, reduction: Reduction | None = None) -> bo
             # A smaller window is solved by one worker: CP-SAT's parallel portfolio costs more than
             # it saves on models this small (inception_v3 K=8 windows: 0.77 s on one worker,
             # 1.63 s on two, 2 cores).
-            settings = ctx.settings() if whole else ctx.settings(WINDOW_SHARE * ctx.nominal_work, workers=1)
+            settings = ctx.settings() if whole else ctx.settings(ctx.tuning.stage_window_share * ctx.nominal_work, workers=1)
             out = solve_stage(model, settings, window=window, hint=ctx.best)
         ctx.charge(out)
         ctx.record("window", radius=r, whole=whole, status=out.status, objective=out.objective)
@@ -329,20 +306,20 @@ def _take(ctx: Context, out: SolverOutput, phase: str, whole: bool) -> bool:
     """Check a back end's answer, keep it if better, and keep its bound if it holds globally."""
     improved = False
     if out.status == "infeasible" and whole and ctx.best is None:
-        ctx.infeasible_reason, ctx.proven = out.info.get("reason"), True
+        ctx.prove_infeasible(out.info.get("reason"))
     if out.assignment is not None:
         improved = ctx.improve(out.assignment, ctx.check(out.assignment, out.objective), phase)
     if whole and out.status == "optimal":
-        ctx.proven = True
+        ctx.prove_optimal()
         ctx.raise_bound(ctx.best_value, "cpsat-full", phase)
     elif whole and out.bound is not None:
         ctx.raise_bound(out.bound, "cpsat-full", phase)
     if not whole and out.status == "optimal" and ctx.best_value == out.objective:
-        ctx.window_optimal = True
+        ctx.settle_window()
     return improved
 
 
-def objective_window(problem: StageProblem, incumbent_objective) -> StageProblem:
+def objective_cap(problem: StageProblem, incumbent_objective) -> StageProblem:
     """The problem with a stage-memory cap that no answer at least as good can exceed.
 
     An answer of objective <= the incumbent's has ``w_mem * mem_peak <= objective - (every other
@@ -374,7 +351,7 @@ def bands(ctx: Context) -> bool:
     """Large models: re-solve bands of adjacent stages exactly, the rest held, while it pays.
 
     Band after band (stages 0-1, 1-2, ...; `stage_band_window`), CP-SAT re-optimises the nodes on
-    those stages under the objective window, with the loadless nodes free everywhere; each
+    those stages under the objective cap, with the loadless nodes free everywhere; each
     improvement is polished by placing the loadless nodes optimally (an LP) and becomes the centre
     of the next band. Bands of a few hundred nodes solve in about a second each while the whole
     model of such a graph barely moves (rand_graph_1000_1, K=10, 10 s: whole model
@@ -390,21 +367,21 @@ def bands(ctx: Context) -> bool:
     with ctx.timed("bands"):
         start = place_loadless_nodes(p, ctx.best)
         ctx.improve(start, ctx.check(start), "bands")
-        if _imbalance(p, ctx.best) > BALANCE_SLACK:
-            center = rebalance(ctx, ctx.best, BALANCE_SLACK)
+        if _imbalance(p, ctx.best) > ctx.tuning.stage_balance_slack:
+            center = rebalance(ctx, ctx.best, ctx.tuning.stage_balance_slack)
             value = ctx.check(center)
             ctx.record("rebalance", objective=value, mem_excess=_imbalance(p, center))
             ctx.improve(center, value, "rebalance")
         else:
             center = ctx.best
         settled, solves, improved = _band_loop(ctx, center)
-    ctx.record("bands", width=min(BAND_WIDTH, p.n_stages), solves=solves, improved=improved, settled=settled, objective=ctx.best_value)
+    ctx.record("bands", width=min(ctx.tuning.stage_band_width, p.n_stages), solves=solves, improved=improved, settled=settled, objective=ctx.best_value)
     return settled
 
 
 def _band_work(ctx: Context) -> float:
     """One band's work: a second per thousand nodes (a band holds about 2/K of them)."""
-    return BAND_WORK * max(1.0, ctx.problem.graph.n_nodes / 1000)
+    return ctx.tuning.stage_band_work * max(1.0, ctx.problem.graph.n_nodes / 1000)
 
 
 def _band_loop(ctx: Context, center) -> tuple[bool, int, int]:
@@ -415,7 +392,7 @@ def _band_loop(ctx: Context, center) -> tuple[bool, int, int]:
     """
     p: StageProblem = ctx.problem
     K = p.n_stages
-    width = min(BAND_WIDTH, K)
+    width = min(ctx.tuning.stage_band_width, K)
     firsts = list(range(K - width + 1))
     roaming = loadless_nodes(p)
     current, current_value = center, ctx.check(center)
@@ -424,7 +401,7 @@ def _band_loop(ctx: Context, center) -> tuple[bool, int, int]:
         first = firsts[i % len(firsts)]
         i += 1
         window = stage_band_window(p, current, first, width, roaming)
-        out = solve_stage(objective_window(p, current_value), ctx.settings(_band_work(ctx)), window=window, hint=current)
+        out = solve_stage(objective_cap(p, current_value), ctx.settings(_band_work(ctx)), window=window, hint=current)
         ctx.charge(out)
         solves += 1
         if out.assignment is not None and out.objective < current_value:

@@ -1,0 +1,162 @@
+"""`Tuning`: every constant that sizes or steers the inc-ilp pipeline, in one frozen object.
+
+`solve()` takes one (default `Tuning()`), hands it to every phase through the run's `Context`, and
+records it in the result's provenance, so a run can be repeated with the same knobs and a study can
+vary one without patching module globals. Every value is a rule on sizes and budgets, never on the
+clock: changing none of them keeps a work-bounded run byte-identical.
+
+>>> from dataclasses import replace
+>>> t = replace(Tuning(), stage_band_min_pairs=0)
+>>> t.stage_band_min_pairs, Tuning.from_json(t.to_json()) == t
+(0, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import SolveArgumentError
+
+__all__ = ["Tuning"]
+
+
+def _frozen(mapping: dict[str, float]):
+    return field(default_factory=lambda: MappingProxyType(dict(mapping)))
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The inc-ilp pipeline's tuning constants (shares are of the run's nominal budget: the work
+    limit, else the time limit read as work).
+
+    Each field's comment gives the measurement behind its default.
+    """
+
+    # ------------------------------------------------------------------ the run
+    #: Wall seconds kept back from the clock for the final re-check and the result (the simulator
+    #: and evaluator take under 50 ms on 1,000 nodes; the rest is margin for a loaded machine).
+    closing_seconds: float = 0.25
+    #: Stage models with more nodes skip CP-SAT's presolve probing: on many hundred nodes it adds
+    #: about 10^5 clauses and seconds before search starts.
+    probing_max_nodes: int = 500
+
+    # ------------------------------------------------------------------ the portfolio (incumbent.py)
+    #: Time limits below this leave the learned policy out of the portfolio: its first use in a
+    #: process imports torch and compiles its decoder (2.2-2.8 s on a 2-core machine, cold).
+    policy_min_seconds: float = 8.0
+    #: The stage portfolio (every baseline takes milliseconds to a second on 1,000 nodes).
+    stage_portfolio: tuple[str, ...] = ("contiguous_params", "contiguous_compute", "pipedream_dp", "dp_local_search", "asap", "alap")
+    #: The placement portfolio: the two list schedulers ...
+    placement_portfolio: tuple[str, ...] = ("heft", "critical_path_list")
+    #: ... and, when the policy may run too, the local-search baseline (2,500 evaluations), so that
+    #: inc-ilp is never worse than any baseline a user could have run instead.
+    placement_polish: tuple[str, ...] = ("local_search",)
+    #: Seconds per node a candidate may take, rounded up from measurements on a 2-core machine
+    #: (stage: rand_graph_1000/5000/10000, dp_local_search 0.2 / 3.6 / 7.6 s, the policy 1.4 / 0.2 /
+    #: 1.6 s warm; placement: local search 1-3 s on 100-300 ops, the policy 0.14 s on 1,021 ops and
+    #: 0.55 s on 9,997 warm). A candidate whose estimate exceeds `portfolio_share` of the time
+    #: limit is skipped and the log says so: pure-Python candidates cannot be stopped half-way.
+    stage_seconds_per_node: Mapping[str, float] = _frozen({"pipedream_dp": 1e-4, "dp_local_search": 1e-3, "rl": 3e-4})
+    placement_seconds_per_node: Mapping[str, float] = _frozen({"local_search": 1e-2, "rl": 2e-4})
+    portfolio_share: float = 0.25
+    #: Local-search assignments per nominal second, and at most (about a millisecond each on 200
+    #: ops: a fifth of the budget, counted in evaluations so that it repeats).
+    search_per_second: int = 200
+    search_max: int = 20_000
+
+    # ------------------------------------------------------------------ stage (stage.py)
+    #: Stage models with more open node-stage pairs (after the precedence reductions) are improved
+    #: by bands, not whole windows (a band of a 1,000-node, K=10 model solves in about a second;
+    #: the whole model barely moves).
+    stage_band_min_pairs: int = 5_000
+    #: Adjacent stages opened up together in one band.
+    stage_band_width: int = 2
+    #: Work of one band per thousand nodes.
+    stage_band_work: float = 1.0
+    #: Share one relaxation-window solve may spend before the full model takes over.
+    stage_window_share: float = 0.2
+    #: The incumbent tried against the precedence bound before the portfolio runs.
+    stage_first_incumbent: str = "pipedream_dp"
+    #: Share the first, reduced full model may spend before the portfolio runs.
+    stage_quick_proof_share: float = 0.02
+    #: `incsched.bounds.reductions` in the reduced full model: loadless nodes placed on their
+    #: latest input's / earliest reader's stage, and interchangeable branches ordered (off: it
+    #: found classes only in generated inception graphs and did not pay there, 0.72 -> 0.76 s).
+    stage_reductions: bool = True
+    stage_place_loadless: bool = True
+    stage_order_branches: bool = False
+    #: Peak memory above the average stage load (bytes) that `rebalance` is tried for.
+    stage_balance_slack: int = 5
+
+    # ------------------------------------------------------------------ placement (placement.py)
+    #: Share the CP-SAT window bounds may spend (they take 1-10 s on 100-400 ops).
+    placement_bound_share: float = 0.1
+    #: Exact window bounds raise heads by energy first on problems of at most this many nodes
+    #: (about 2 s at 500; a 10,000-op graph would take a quarter of an hour).
+    placement_energetic_max_nodes: int = 500
+    #: Share one relaxation-window solve may spend, and window solves at most before the full model.
+    placement_window_share: float = 0.15
+    placement_max_windows: int = 8
+    #: Policy-ranked windows: the probability each op's devices cover, the first start slack as a
+    #: share of the incumbent's makespan, the share of one solve, and solves at most.
+    placement_ranked_mass: float = 0.8
+    placement_ranked_slack: float = 0.05
+    placement_ranked_share: float = 0.08
+    placement_max_ranked: int = 4
+    #: Large-neighbourhood rounds: the share they may spend in all and per round, the rounds in a
+    #: row that neither improve nor prove before the full model gets the rest (the wide FFNN, 196
+    #: ops: its neighbourhoods are too large for a round's share), the ops a time slice frees, and
+    #: every op's start slack as a share of the incumbent's makespan.
+    placement_rounds_share: float = 0.3
+    placement_round_share: float = 0.02
+    placement_max_misses: int = 4
+    placement_slice_nodes: int = 48
+    placement_round_slack: float = 0.2
+    #: Share the per-segment solves get (the rest goes to the hinted full model), and the work of
+    #: each segment's transfer-aware relaxation bound (it proves in well under one second).
+    placement_segment_share: float = 0.75
+    placement_relaxation_work: float = 2.0
+    #: Refuting short makespans of a segment gets this share of the segment's solve time on top,
+    #: over at most this many bisection probes of two runs each.
+    placement_proof_share: float = 0.2
+    placement_proof_probes: int = 4
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Mapping):
+                if not isinstance(value, MappingProxyType):
+                    object.__setattr__(self, f.name, MappingProxyType(dict(value)))
+                values = list(value.values())
+            elif isinstance(value, (tuple, list, str)):
+                if isinstance(value, list):
+                    object.__setattr__(self, f.name, tuple(value))
+                continue
+            else:
+                values = [value]
+            for v in values:
+                if isinstance(v, bool) and f.type == "bool":
+                    continue
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                    raise SolveArgumentError(f"Tuning.{f.name} must be a finite number >= 0, got {value!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values, field by field (what provenance records)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = dict(value) if isinstance(value, Mapping) else list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Tuning":
+        """The inverse of `to_json`; unknown keys are refused by name."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise SolveArgumentError(f"unknown Tuning field(s): {', '.join(unknown)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
