@@ -14,18 +14,27 @@ from pathlib import Path
 
 import pytest
 
+import layout
 from incsched.cli import _configure_logging, main
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "incsched"
 
 
 def _public_modules() -> list[Path]:
     """Every module a user may import: no path part starting with an underscore (``__init__`` aside)."""
     return [
-        p for p in sorted(PACKAGE.rglob("*.py"))
+        p for p in layout.modules().values()
         if not any(part.startswith("_") and part != "__init__.py" for part in p.relative_to(ROOT).parts)
     ]
+
+
+def test_the_wheel_lists_every_package_folder():
+    """pyproject lists the packages by name (package-dir maps solvers/ and data/ into incsched):
+    a new folder missing there would be missing from the wheel."""
+    listed = set(layout.pyproject()["tool"]["setuptools"]["packages"])
+    found = {name for name, path in layout.modules().items() if path.name == "__init__.py"}
+    assert listed == found
+    assert all(name == "incsched" or name.startswith("incsched.") for name in listed)
 
 
 def test_public_modules_declare_their_names():
@@ -40,7 +49,7 @@ def test_everything_logs_under_incsched():
     ``incsched``; nothing logs through the root logger (``logging.info(...)``). A function may look
     up another library's logger (to quieten it); that is not a logger incsched logs through."""
     bad = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in layout.modules().values():
         tree = ast.parse(path.read_text())
         for node in tree.body:  # module-level `log = logging.getLogger(...)`
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "logging.getLogger":
@@ -91,12 +100,14 @@ def test_json_dash_writes_the_result_to_stdout(tmp_path, monkeypatch, capsys):
 def test_a_built_wheel_solves_with_its_own_policy_weights(tmp_path):
     """Build the wheel from a copy of the sources, unpack it with pip into a folder, and solve with the
     learned pre-scheduler from outside the repository: the package and the policy files opened must
-    all come from that folder, not from the editable install."""
+    all come from that folder, not from the editable install. The design card's top-level solvers/
+    and data/ install inside the package, and nothing else goes to the top level."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    shutil.copytree(PACKAGE, source / "incsched", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for folder in set(layout.pyproject()["tool"]["setuptools"]["package-dir"].values()):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     # no build isolation: the venv's setuptools builds it, nothing is downloaded
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
@@ -104,6 +115,10 @@ def test_a_built_wheel_solves_with_its_own_policy_weights(tmp_path):
     wheel = next((tmp_path / "dist").glob("incsched-*.whl"))
     site = tmp_path / "site"
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=300)
+    top = {p.name for p in site.iterdir() if not p.name.endswith((".dist-info", ".data")) and p.name != "bin"}
+    assert top == {"incsched"}, top
+    assert (site / "incsched" / "solvers" / "cpsat" / "stage.py").is_file()
+    assert (site / "incsched" / "data" / "models" / "stage_policy.pt").is_file()
 
     script = """
 import json, sys
@@ -111,11 +126,8 @@ sys.path.insert(0, sys.argv[1])  # before site-packages, whose editable finder c
 opened = []
 sys.addaudithook(lambda event, args: opened.append(args[0]) if event == "open" and isinstance(args[0], str) else None)
 import incsched
-from incsched.data import shipped_graph_path
-from incsched.problems import StageProblem
-from incsched.front_door import solve
-graph = incsched.load_graph(shipped_graph_path("resnet18"))
-result = solve(StageProblem.peer(graph, n_stages=4), "inc-ilp", preschedule="rl", time_limit=60)
+graph = incsched.load_graph("resnet18")
+result = incsched.solve(incsched.StageProblem.peer(graph, n_stages=4), "inc-ilp", preschedule="rl", time_limit=60)
 print(json.dumps({"package": incsched.__file__, "status": result.status,
                   "policy_files": sorted({p for p in opened if p.endswith(("stage_policy.pt", "stage_policy.json"))})}))
 """
@@ -127,7 +139,7 @@ print(json.dumps({"package": incsched.__file__, "status": result.status,
     assert Path(report["package"]).is_relative_to(site)
     assert report["status"] in ("optimal", "window_optimal", "feasible")
     assert {Path(p).name for p in report["policy_files"]} == {"stage_policy.pt", "stage_policy.json"}
-    assert all(Path(p).is_relative_to(site / "data" / "models") for p in report["policy_files"])
+    assert all(Path(p).is_relative_to(site / "incsched" / "data" / "models") for p in report["policy_files"])
 
 
 def test_graph_save_and_load_round_trip(tmp_path):
