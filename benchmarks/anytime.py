@@ -55,7 +55,7 @@ Everything at once (about an hour and a half at the defaults on 2 cores):
 
 Notes. The machine's load moves the wall-clock figures (b, c, e); the parallel modes are never
 reproducible. inc-ilp's portfolio loads the learned policy only when ``time_limit >= 8`` s
-(`incsched.inc_ilp.incumbent.POLICY_MIN_SECONDS`); the first load in a process imports torch
+(`incsched.Tuning.policy_min_seconds`); the first load in a process imports torch
 (2-3 s), counted in that run's wall time. (a)-(c) first warm the process up (OR-Tools and the policy
 imported by one untimed tiny solve; ``--cold`` skips it); (e) never does.
 """

@@ -49,7 +49,7 @@ def certify(ctx: Context, kind: str, method: str) -> Result:
     elif ctx.best is None and method not in METHODS and ctx.stop.reason is not None:
         reason = f"{method} did not finish before the run stopped ({ctx.stop.reason})"
     elif ctx.best is None and method not in METHODS:
-        reason = f"{method}'s answer breaks a hard constraint (a capacity or a device's memory)"
+        reason = ctx.failures.get(method) or f"{method}'s answer breaks a hard constraint (a capacity or a device's memory)"
     elif ctx.best is None:
         reason = f"no feasible answer found before the run stopped ({stop_reason_of(ctx, method, False)})"
     elif kind == "stage":

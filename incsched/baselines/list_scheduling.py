@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 
 import numpy as np
 
@@ -75,7 +76,8 @@ def list_schedule(
     dur = problem.durations()
     ticks = problem.transfer_ticks()
     ok = problem.allowed_devices() if allowed is None else (np.asarray(allowed, dtype=bool) & problem.allowed_devices())
-    mem_left = [float("inf") if d.memory is None else float(d.memory) for d in problem.devices]
+    # Python ints (inf: no limit): bytes near 2**59 must not round, or a node would fit that does not
+    mem_left = [math.inf if d.memory is None else int(d.memory) for d in problem.devices]
     params = g.param_bytes.tolist()
     pred_ptr, pred_idx, pred_edge = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
     succ_ptr, succ_idx = g.succ_ptr.tolist(), g.succ_idx.tolist()

@@ -9,6 +9,8 @@ of them in `PLACEMENT_BASELINES`.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 
 import numpy as np
@@ -39,20 +41,22 @@ def round_robin(problem: PlacementProblem, seed: int = 0) -> Placement:
     """
     g = problem.graph
     D = problem.n_devices
-    mem_left = [float("inf") if d.memory is None else float(d.memory) for d in problem.devices]
+    # Python ints (inf: no limit): bytes near 2**59 must not round, or a node would fit that does not
+    mem_left = [math.inf if d.memory is None else int(d.memory) for d in problem.devices]
+    params = g.param_bytes.tolist()
     device = np.zeros(problem.n_nodes, dtype=np.int64)
     nxt = 0
     for v in g.topological_order().tolist():
         for k in range(D):
             d = (nxt + k) % D
-            if g.param_bytes[v] <= mem_left[d]:
+            if params[v] <= mem_left[d]:
                 break
         else:
             raise PlacementInfeasibleError(
                 f"round_robin: node {g.names[v]!r} fits on no device with the memory left", node=g.names[v]
             )
         device[v] = d
-        mem_left[d] -= float(g.param_bytes[v])
+        mem_left[d] -= params[v]
         nxt = (d + 1) % D
     return _topological_placement(problem, device, "round_robin")
 

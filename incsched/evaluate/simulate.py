@@ -317,16 +317,15 @@ def _schedule(problem: PlacementProblem, device, start, end, mode) -> Schedule:
         nodes = np.flatnonzero(device == d)
         order.append(tuple(int(v) for v in nodes[np.lexsort((nodes, start[nodes]))]))
     dur = end - start
-    busy = np.bincount(device, weights=dur, minlength=D).astype(np.int64) if n else np.zeros(D, np.int64)
-    memory = (
-        np.bincount(device, weights=problem.graph.param_bytes, minlength=D).astype(np.int64)
-        if n
-        else np.zeros(D, np.int64)
-    )
+    # Exact integer sums: np.bincount's weights go through float64, which loses the last byte
+    # above 2**53 (a placement 1 byte over its device's memory passed as fitting).
+    busy, memory = np.zeros(D, np.int64), np.zeros(D, np.int64)
+    np.add.at(busy, device, dur.astype(np.int64))
+    np.add.at(memory, device, problem.graph.param_bytes)
     violations = tuple(
         (dv.name, int(memory[d]), int(dv.memory))
         for d, dv in enumerate(problem.devices)
-        if dv.memory is not None and memory[d] > dv.memory
+        if dv.memory is not None and int(memory[d]) > dv.memory
     )
     if violations:
         log.debug("placement on %r exceeds device memory: %s", problem.name, violations)

@@ -3,7 +3,7 @@ progress reports, the log of steps, and the best answer and bound found so far.
 
 The phases (`incumbent`, `stage`, `placement`) only ask the context how much they may spend and
 tell it what they found, through its methods (`settings`, `charge`, `spend`, `improve`,
-`raise_bound`, `settle_window`, `prove_optimal`, `prove_infeasible`, `record`); they never write
+`raise_bound`, `settle_window`, `prove_optimal`, `prove_infeasible`, `fail`, `record`); they never write
 its fields. The context decides nothing about the algorithm. Keeping the best answer
 here is what makes every phase interruptible: whatever stops the run, the front door certifies
 `Context.best` and returns it.
@@ -105,6 +105,7 @@ class Context:
     window_optimal: bool = False  # the best answer is the proven optimum of the last window solved
     proven: bool = False  # the full model proved the best answer optimal (or the problem infeasible)
     infeasible_reason: str | None = None
+    failures: dict[str, str] = field(default_factory=dict)  # pre-scheduler -> why it gave no answer
     _timer: threading.Timer | None = None
     _clock_started: bool = False
 
@@ -224,6 +225,11 @@ class Context:
         self.lower_bound, self.bound_source = value, source
         self._report(phase)
         return True
+
+    def fail(self, name: str, reason: str) -> None:
+        """Pre-scheduler ``name`` gave no answer (its greedy choices broke a hard constraint)."""
+        self.failures[name] = reason
+        self.record("incumbent", prescheduler=name, note=reason)
 
     def record(self, phase: str, **info) -> None:
         """One line of the run's log (kept in the result's provenance as ``steps``)."""

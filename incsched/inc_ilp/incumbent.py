@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..baselines.placement import PLACEMENT_BASELINES, local_search
 from ..baselines.stage import STAGE_BASELINES
-from ..errors import UnknownNameError
+from ..errors import PlacementInfeasibleError, UnknownNameError
 from ..helper_thread import Abandoned, run_in_helper
 from .context import Context
 
@@ -46,7 +46,11 @@ def run_prescheduler(ctx: Context, name_or_fn, table: dict[str, Callable]):
     else:
         raise UnknownNameError(f"unknown pre-scheduler {name_or_fn!r}; known: {sorted(table)}")
     with ctx.timed("preschedule"):
-        answer = _on_the_clock(ctx, name, fn)
+        try:
+            answer = _on_the_clock(ctx, name, fn)
+        except PlacementInfeasibleError as exc:  # its greedy choices left a node no device with room
+            ctx.fail(name, str(exc))
+            return None
     if answer is None:
         ctx.record("incumbent", prescheduler=name, note=f"{name} did not finish before the run stopped ({ctx.stop.reason})")
         return None
@@ -83,10 +87,15 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
         for name in affordable:
             if ctx.stopped():
                 break
-            if name in _STARTS_FROM and _STARTS_FROM[name] in answers:
-                answer = table[name](ctx.problem, ctx.seed, start=answers[_STARTS_FROM[name]])
-            else:
-                answer = _on_the_clock(ctx, name, table[name])
+            try:
+                if name in _STARTS_FROM and _STARTS_FROM[name] in answers:
+                    answer = table[name](ctx.problem, ctx.seed, start=answers[_STARTS_FROM[name]])
+                else:
+                    answer = _on_the_clock(ctx, name, table[name])
+            except PlacementInfeasibleError as exc:  # its greedy choices left a node no device with room
+                ctx.fail(name, str(exc))
+                scores[name] = None
+                continue
             if answer is None:
                 break
             answers[name] = answer
