@@ -238,6 +238,25 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("-o", "--output", default="-", help="JSON file (default '-': stdout); a folder for PipelineStage modules")
     exp.set_defaults(run=_export)
 
+    shw = sub.add_parser("show", help="draw a result: a stage split as its 1F1B pipeline with the memory per stage, "
+                         "a placement as a Gantt chart per device with its transfers (PNG, SVG; needs matplotlib)")
+    shw.add_argument("result", help="result JSON written by incsched solve --json")
+    shw.add_argument("--png", metavar="OUT.png", help="write the picture as PNG")
+    shw.add_argument("--svg", metavar="OUT.svg", help="write the picture as SVG")
+    shw.add_argument("--graph", help="the graph file (or shipped name) the result was solved for: needed for a placement; "
+                     "for a stage split it adds the activations in flight and the capacity lines")
+    # The problem is rebuilt the way solve built it, from the same options; the stage or device
+    # count defaults to the result's own, and the solver's options mean nothing here.
+    _add_problem_args(shw)
+    for group in shw._mutually_exclusive_groups:
+        group.required = False
+    for action in shw._actions:
+        if action.dest in ("method", "preschedule", "time_limit", "work_limit", "seed", "workers", "no_deterministic", "quiet"):
+            action.help = argparse.SUPPRESS
+        elif action.dest == "micro_batches":
+            action.help = "micro-batches in the drawn 1F1B schedule (and of --objective throughput; default 4)"
+    shw.set_defaults(run=_show)
+
     prof = sub.add_parser("profile", help="measure per-node kernel and launch times, and link speeds, on real devices")
     prof.add_argument("-o", "--output", required=True, help="graph file to write (.json or .json.gz), with measured times")
     prof.add_argument("--devices", default="cpu", help="comma-separated torch devices, e.g. cpu,cuda:0 (default cpu)")
@@ -319,7 +338,7 @@ def _validate(args) -> int:
     result = Result.load(args.result)
     timed = _read_graph(args.graph, None) if args.graph else None  # bad files fail before the slow capture
     devices = _device_list(args.devices) if args.devices else None
-    _check_assignment(result, args.result, n_parts=len(devices) if devices else None, names=timed.names if timed else None)
+    result.check_assignment(timed, n_parts=len(devices) if devices else None, source=args.result)
     devices = devices or default_devices(result)
     loaded = _load_model(args)
     granularity = args.granularity or (timed.meta.get("granularity") if timed is not None else None) or "op"
@@ -349,46 +368,6 @@ def _validate(args) -> int:
         if failed:
             raise IncschedError(f"the validation above was not written: {failed}")
     return 0
-
-
-def _check_assignment(result, source: str, *, n_parts: int | None = None, names=None) -> None:
-    """Refuse a result whose stage or device assignment is malformed, naming the node.
-
-    Stages and devices must be whole numbers (not booleans, floats, strings or lists) in
-    ``0 .. K-1``, where K is the result's own stage count (``terms.stage_mem``) or device count
-    (``order``), and below ``n_parts`` when that many devices are given. ``names`` (the graph's node
-    names, when known) name the offending node; else it is named by index.
-
-    Raises
-    ------
-    IncschedError
-    """
-    field = "stages" if result.problem == "stage" else "device"
-    values = result.assignment
-    if values is None:
-        return  # nothing to execute; validate_result says so
-    if not isinstance(values, list):
-        raise IncschedError(f"{source}: '{field}' must be a list with one entry per node, got {type(values).__name__}")
-    if result.problem == "stage":
-        stage_mem = (result.terms or {}).get("stage_mem") if isinstance(result.terms, dict) else None
-        limit = len(stage_mem) if isinstance(stage_mem, list) and stage_mem else None
-        what = "stages"
-    else:
-        limit = len(result.order) if isinstance(result.order, list) and result.order else None
-        what = "devices"
-        if result.order is not None and not (
-            isinstance(result.order, list) and all(isinstance(o, list) and all(type(x) is int for x in o) for o in result.order)
-        ):
-            raise IncschedError(f"{source}: 'order' must be a list of lists of node indices, one list per device")
-    if n_parts is not None:
-        limit = n_parts if limit is None else min(limit, n_parts)
-    for i, v in enumerate(values):
-        node = f"node {names[i]!r}" if names is not None and i < len(names) else f"node {i}"
-        if type(v) is not int:  # noqa: E721 - bool is an int subclass and must not pass
-            raise IncschedError(f"{source}: {field} of {node} is {v!r}; {what} are whole numbers")
-        if v < 0 or (limit is not None and v >= limit):
-            bound = f"0 .. {limit - 1}" if limit is not None else "non-negative"
-            raise IncschedError(f"{source}: {field} of {node} is {v}, out of range (the result has {what} {bound})")
 
 
 def _profile(args) -> int:
@@ -851,6 +830,38 @@ def _export(args) -> int:
     failed = _write_json_output(args.output, data)
     if failed:
         raise IncschedError(f"the export was not written: {failed}")
+    return 0
+
+
+def _show(args) -> int:
+    """Draw a result (`incsched.show.draw`) on the problem its options and --graph rebuild."""
+    from .result import Result
+    from .show import draw
+
+    outputs = [(path, fmt) for path, fmt in ((args.png, "png"), (args.svg, "svg")) if path]
+    if not outputs:
+        raise IncschedError("give --png OUT.png and/or --svg OUT.svg: the file(s) to draw the result in")
+    result = Result.load(args.result)
+    graph = _read_graph(args.graph, None) if args.graph else None
+    result.check_assignment(graph, source=args.result)
+    problem = None
+    if graph is not None:
+        if args.stages is None and args.devices is None and args.links is None:  # the result's own count
+            if result.problem == "stage":
+                args.stages = len(result.terms.get("stage_mem") or ()) or max(result.stages or [0]) + 1
+            else:
+                args.devices = len(result.order or ()) or max(result.device or [0]) + 1
+        described = "stage" if args.stages is not None else "placement"
+        if described != result.problem:
+            raise IncschedError(f"{args.result}: a {result.problem} result, but the options describe a {described} problem")
+        problem = _recipe(args).build(graph)
+    elif result.problem == "placement":
+        raise IncschedError(f"{args.result}: a placement is drawn on its problem: give --graph (the graph file or shipped name it "
+                            "was solved for) and the device options it was solved with (--devices/--links, --bandwidth, --latency)")
+    elif any(x is not None for x in (args.capacity, args.memory, args.stages, args.devices, args.links)):
+        raise IncschedError("the problem options need --graph, the graph the result was solved for")
+    for path, fmt in outputs:
+        print(draw(result, problem, path, fmt, micro_batches=args.micro_batches))
     return 0
 
 

@@ -173,10 +173,94 @@ class Result:
                 kwargs[key] = Fraction(text)
             except (ValueError, ZeroDivisionError):
                 raise FormatError(f"{source}: exact {key} {text!r} is not a fraction") from None
+        for key, kind in (("terms", dict), ("provenance", dict), ("timing", dict), ("stages", list), ("device", list),
+                          ("order", list), ("start", list)):
+            if kwargs.get(key) is not None and not isinstance(kwargs[key], kind):
+                raise FormatError(f"{source}: {key!r} must be {'an object' if kind is dict else 'a list'}, got {type(kwargs[key]).__name__}")
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:
             raise FormatError(f"{source}: {exc}") from None
+
+    def check_assignment(self, graph: Any = None, *, n_parts: int | None = None, source: str = "result") -> Result:
+        """Refuse an assignment that does not fit ``graph``: the one check before a result is
+        exported, executed or drawn, so that no node is dropped or moved without a word.
+
+        Stages and devices must be whole numbers (not booleans, floats, strings or lists), one per
+        node of ``graph``, in ``0 .. K-1``: K is the result's own stage count (``terms.stage_mem``)
+        or device count (``order``), below ``n_parts`` when given, and never more than the nodes
+        (an empty stage or device is not a part of a split). A placement's ``order`` must list every
+        node once, on its device; ``start`` one whole tick per node. A result whose provenance
+        names another graph's digest is refused.
+
+        Parameters
+        ----------
+        graph : CompGraph, optional
+            The graph the result is for; without it, lengths and names are not checked.
+        n_parts : int, optional
+            Stages or devices available (e.g. the devices given to run it on).
+
+        Returns
+        -------
+        Result
+            ``self``, checked.
+
+        Raises
+        ------
+        FormatError
+            Naming the field, the node and the value.
+        """
+        field_name = "stages" if self.problem == "stage" else "device"
+        values = self.assignment
+        if values is None:
+            return self
+        names = list(graph.names) if graph is not None else None
+        if names is not None:
+            digest = (self.provenance or {}).get("graph_digest")
+            if digest and digest != graph.structure_digest():
+                raise FormatError(f"{source}: solved for another graph than {graph.name!r} (nodes or edges differ)")
+            if len(values) != len(names):
+                raise FormatError(f"{source}: {len(values)} {field_name} entries for the {len(names)} nodes of graph {graph.name!r}")
+        if self.problem == "stage":
+            stage_mem = self.terms.get("stage_mem")
+            limit = len(stage_mem) if isinstance(stage_mem, list) and stage_mem else None
+            what = "stages"
+        else:
+            limit = len(self.order) if self.order else None
+            what = "devices"
+        for bound in (n_parts, len(values) if values else None):
+            if bound is not None:
+                limit = bound if limit is None else min(limit, bound)
+        for i, v in enumerate(values):
+            node = f"node {names[i]!r}" if names is not None else f"node {i}"
+            if type(v) is not int:  # bool is an int subclass and must not pass
+                raise FormatError(f"{source}: {field_name} of {node} is {v!r}; {what} are whole numbers")
+            if v < 0 or (limit is not None and v >= limit):
+                span = f"0 .. {limit - 1}" if limit is not None else "non-negative"
+                raise FormatError(f"{source}: {field_name} of {node} is {v}, out of range ({what} {span})")
+        if self.problem == "placement":
+            self._check_order(source)
+        return self
+
+    def _check_order(self, source: str) -> None:
+        n = len(self.device)
+        if self.order is not None:
+            seen = [False] * n
+            for d, seq in enumerate(self.order):
+                if not isinstance(seq, list):
+                    raise FormatError(f"{source}: 'order' must be a list of lists of node indices, one list per device")
+                for v in seq:
+                    if type(v) is not int or not 0 <= v < n or seen[v] or self.device[v] != d:
+                        raise FormatError(f"{source}: order of device {d} lists {v!r}, which is not a node of that device listed once")
+                    seen[v] = True
+            if not all(seen):
+                raise FormatError(f"{source}: order leaves out node {seen.index(False)}")
+        if self.start is not None:
+            if len(self.start) != n:
+                raise FormatError(f"{source}: {len(self.start)} start ticks for {n} nodes")
+            bad = next((t for t in self.start if type(t) is not int or t < 0), None)
+            if bad is not None:
+                raise FormatError(f"{source}: start tick {bad!r} is not a whole number >= 0")
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the JSON form atomically (gzip when the name ends in ``.gz``)."""

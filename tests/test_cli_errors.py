@@ -273,9 +273,9 @@ def stage_result(graph_file, tmp_path, capsys):
         ([0, 1.0, 1, 1], "stages of node 'conv' is 1.0; stages are whole numbers"),
         ([0, 0, [1], 1], "stages of node 'relu' is [1]"),
         ([0, 0, 1, True], "stages of node 'fc' is True; stages are whole numbers"),
-        ([0, 0, 1, 99], "stages of node 'fc' is 99, out of range (the result has stages 0 .. 1)"),
+        ([0, 0, 1, 99], "stages of node 'fc' is 99, out of range (stages 0 .. 1)"),
         ([0, -1, 1, 1], "stages of node 'conv' is -1, out of range"),
-        ("0011", "'stages' must be a list with one entry per node"),
+        ("0011", "'stages' must be a list, got str"),
     ],
 )
 def test_validate_refuses_malformed_stage_results(stage_result, graph_file, capsys, stages, needle):

@@ -224,7 +224,7 @@ def test_results_that_do_not_fit_are_refused(layer_graph, op_capture):
     with pytest.raises(ExportError, match="a placement result has no stages"):
         split_spec(layer_graph, placement)
     other = solve(StageProblem.peer(op_capture.graph, n_stages=2), "ilp", time_limit=20)
-    with pytest.raises(ExportError, match="stages for the 6 nodes"):
+    with pytest.raises(ExportError, match="stages entries for the 6 nodes"):
         split_spec(layer_graph, other.stages)
     with pytest.raises(ExportError, match="unknown export format"):
         export_result(other, layer_graph, "megatron")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ExportError
+from ..errors import ExportError, FormatError
 from ..graph import CompGraph
 from ..result import Result
 
@@ -75,16 +75,17 @@ def stage_list(graph: CompGraph, stages: Result | Sequence[int], source: str = "
     if isinstance(stages, Result):
         if stages.problem != "stage" or stages.stages is None:
             raise ExportError(f"{source}: a {stages.problem} result has no stages; export takes stage results")
-        digest = (stages.provenance or {}).get("graph_digest")
-        if digest and digest != graph.structure_digest():
-            raise ExportError(f"{source}: solved for another graph than {graph.name!r} (nodes or edges differ)")
-        stages = stages.stages
-    values = [int(s) for s in stages]
-    if len(values) != graph.n_nodes:
-        raise ExportError(f"{source}: {len(values)} stages for the {graph.n_nodes} nodes of graph {graph.name!r}")
-    if values and min(values) < 0:
-        raise ExportError(f"{source}: node {graph.names[values.index(min(values))]!r} has a negative stage")
-    return values
+        result = stages
+    else:
+        if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence) and not hasattr(stages, "tolist"):
+            raise ExportError(f"{source}: stages must be a sequence with one whole number per node, got {type(stages).__name__}")
+        values = stages.tolist() if hasattr(stages, "tolist") else list(stages)
+        result = Result("stage", graph.name, "unknown", None, None, None, {}, "given", 0, False, stages=values)
+    try:
+        result.check_assignment(graph, source=source)  # the one check export, validate and show share
+    except FormatError as exc:
+        raise ExportError(str(exc)) from None
+    return list(result.stages)
 
 
 def stage_runs(
