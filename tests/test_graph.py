@@ -447,3 +447,16 @@ def test_100k_node_graph_builds_and_validates():
 def test_names_no_file_can_hold_are_refused_at_construction(name):
     with pytest.raises(GraphError, match="NUL or a lone surrogate"):
         CompGraph([name], [], [])
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(names=None, src=[], dst=[]), "names must be a sequence of node names, got NoneType"),
+    (dict(names="abc", src=[], dst=[]), "names must be a sequence of node names, got str"),
+    (dict(names=["a"], src=None, dst=[]), "src must be a sequence of node names or indices, got NoneType"),
+    (dict(names=["a"], src=0, dst=0), "src must be a sequence of node names or indices, got int"),
+    (dict(names=["a", "b"], src=[], dst=[], compute_time=[1.0, 2.0]), "compute_time must map device kinds"),
+])
+def test_library_arguments_are_checked_at_the_boundary(kwargs, message):
+    """Issue 24: these raised TypeError or AttributeError, and a string was taken as three nodes."""
+    with pytest.raises(GraphError, match=message):
+        CompGraph(**kwargs)

@@ -338,3 +338,13 @@ def test_a_hint_of_the_optimum_is_complete_and_kept():
     assert model.sends and all(v.Index() in hinted for v in model.sends.values())
     again = solve_stage(p, FAST, hint=out.assignment)
     assert again.status == "optimal" and again.objective == out.objective
+
+
+def test_a_vanishing_bandwidth_is_refused_in_one_line():
+    """Issue 24: 1e-300 bytes/s overflowed while formatting its own refusal."""
+    from incsched.errors import ProblemError
+    from incsched.formats import load_graph
+
+    p = StageProblem.pipeline(load_graph("resnet18"), n_stages=2, bandwidth=1e-300, micro_batches=4)
+    with pytest.raises(ProblemError, match=r"come to about 2\*\*\d+ ticks .* beyond the supported 2\*\*61"):
+        p.send_ticks

@@ -103,6 +103,8 @@ class CompGraph:
         else:
             self.edge_bytes = _check_costs("edge_bytes", edge_bytes, m, edge_labels, integral=True)
         self.compute_time: Mapping[str, np.ndarray] = {}
+        if compute_time is not None and not isinstance(compute_time, Mapping):
+            raise GraphError(f"compute_time must map device kinds to per-node seconds (e.g. {{'cpu': [...]}}), got {type(compute_time).__name__}")
         for kind, times in (compute_time or {}).items():
             if not isinstance(kind, str) or not kind:
                 raise GraphError(f"compute_time keys must be device-kind strings, got {kind!r}")
@@ -124,6 +126,9 @@ class CompGraph:
     # ------------------------------------------------------------------ construction checks
 
     def _edge_indices(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
+        for role, ends_in in (("src", src), ("dst", dst)):
+            if isinstance(ends_in, (str, bytes)) or not isinstance(ends_in, (Iterable, np.ndarray)):
+                raise GraphError(f"{role} must be a sequence of node names or indices, got {type(ends_in).__name__} ({ends_in!r:.60})")
         src_list, dst_list = list(src), list(dst)
         if len(src_list) != len(dst_list):
             raise GraphError(f"src has {len(src_list)} endpoints but dst has {len(dst_list)}")
@@ -501,6 +506,9 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 def _check_names(names: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        # a string would be taken letter by letter as node names
+        raise GraphError(f"names must be a sequence of node names, got {type(names).__name__} ({names!r:.60})")
     names = tuple(names)
     seen: dict[str, int] = {}
     for i, nm in enumerate(names):

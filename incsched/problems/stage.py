@@ -462,8 +462,8 @@ class StageProblem:
             if total > MAX_TOTAL_TICKS:
                 v = int(np.argmax(g.out_bytes))
                 raise ProblemError(
-                    f"sends of graph {g.name!r} at {self.bandwidth:g} bytes/s come to {total:.3g} ticks of {self.time_unit:g} s with "
-                    f"the compute (node {g.names[v]!r} alone {ticks[v]}), beyond the supported 2**61; use a larger bandwidth or time_unit"
+                    f"sends of graph {g.name!r} at {self.bandwidth:g} bytes/s come to about 2**{total.bit_length() - 1} ticks of {self.time_unit:g} s with "
+                    f"the compute (node {g.names[v]!r} alone about 2**{max(ticks[v].bit_length() - 1, 0)}), beyond the supported 2**61; use a larger bandwidth or time_unit"
                 )
             out[:] = ticks
         out.setflags(write=False)
