@@ -148,6 +148,8 @@ def solve(
             pipeline.run(ctx, method, preschedule, radius)
         else:
             pipeline.run(ctx, method, preschedule)
+        if not ctx.proven and not (ctx.best is not None and ctx.lower_bound is not None and ctx.best_value <= ctx.lower_bound):
+            ctx.collect(wait=True)  # the policy still loading: its answer, if it comes within the clock
     except KeyboardInterrupt:
         ctx.stop.stop("interrupted")  # the best answer so far is certified and returned below
     finally:

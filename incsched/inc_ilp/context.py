@@ -3,7 +3,7 @@ progress reports, the log of steps, and the best answer and bound found so far.
 
 The phases (`incumbent`, `stage`, `placement`) only ask the context how much they may spend and
 tell it what they found, through its methods (`settings`, `charge`, `spend`, `improve`,
-`raise_bound`, `settle_window`, `prove_optimal`, `prove_infeasible`, `fail`, `record`); they never write
+`raise_bound`, `settle_window`, `prove_optimal`, `prove_infeasible`, `offer_later`, `collect`, `fail`, `record`); they never write
 its fields. The context decides nothing about the algorithm. Keeping the best answer
 here is what makes every phase interruptible: whatever stops the run, the front door certifies
 `Context.best` and returns it.
@@ -20,6 +20,9 @@ from fractions import Fraction
 from typing import Any, Callable, Iterator
 
 from incsched.solvers import SolverOutput, SolverSettings, StopSignal
+
+from ..errors import PlacementInfeasibleError
+from ..helper_thread import Abandoned
 
 from .tuning import Tuning
 
@@ -106,6 +109,7 @@ class Context:
     proven: bool = False  # the full model proved the best answer optimal (or the problem infeasible)
     infeasible_reason: str | None = None
     failures: dict[str, str] = field(default_factory=dict)  # pre-scheduler -> why it gave no answer
+    _later: dict[str, Any] = field(default_factory=dict)  # pre-scheduler -> its answer still coming (HelperStep)
     _timer: threading.Timer | None = None
     _clock_started: bool = False
 
@@ -171,6 +175,7 @@ class Context:
         ``workers`` (default the run's) in parallel and ``work`` read as wall seconds.
         """
         self._arm_clock()
+        self.collect()  # an answer that arrived in the background becomes the hint of this search
         cap = self.work_left() if work is None else min(work, self.work_left())
         wall = max(self.wall_left(), 1e-3)
         if self.deterministic:
@@ -225,6 +230,31 @@ class Context:
         self.lower_bound, self.bound_source = value, source
         self._report(phase)
         return True
+
+    def offer_later(self, name: str, step) -> None:
+        """Pre-scheduler ``name`` runs in a helper thread (`incsched.helper_thread.HelperStep`);
+        its answer is taken when it arrives within the clock (`collect`). Whether it arrives in
+        time depends on the machine, so the run is marked as one a rerun may not repeat."""
+        self._later[name] = step
+        self.wall_capped = True
+
+    def collect(self, wait: bool = False) -> None:
+        """Take every answer offered later that has arrived; ``wait``: wait for them on the clock."""
+        for name, step in list(self._later.items()):
+            if not (step.done or wait) or self.stopped():
+                continue
+            del self._later[name]
+            try:
+                answer = step.wait(should_stop=self.stopped)
+            except Abandoned:
+                self.record("incumbent", prescheduler=name, note=f"{name} still loading when the run stopped ({self.stopped()})")
+                continue
+            except PlacementInfeasibleError as exc:  # its greedy choices left a node no device with room
+                self.fail(name, str(exc))
+                continue
+            value = self.check(answer)
+            self.improve(answer, value, f"preschedule:{name} (arrived in the background)")
+            self.record("incumbent", prescheduler=name, scores={name: value}, note="arrived in the background within the clock")
 
     def fail(self, name: str, reason: str) -> None:
         """Pre-scheduler ``name`` gave no answer (its greedy choices broke a hard constraint)."""

@@ -14,16 +14,28 @@ from typing import Callable
 from ..baselines.placement import PLACEMENT_BASELINES, local_search
 from ..baselines.stage import STAGE_BASELINES
 from ..errors import PlacementInfeasibleError, UnknownNameError
-from ..helper_thread import Abandoned, run_in_helper
+from ..helper_thread import Abandoned, HelperStep, run_in_helper
 from .context import Context
 
-__all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "search_evaluations"]
+__all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "search_evaluations", "policy_loaded"]
+
+#: Policy modules whose ``preschedule`` has returned once in this process: torch imported, weights
+#: read, decoder compiled. From then on the policy costs a decode only, and always takes part.
+_LOADED: set[str] = set()
+
+
+def policy_loaded(kind: str) -> bool:
+    """Whether the ``"stage"`` or ``"placement"`` policy is loaded in this process."""
+    return f"incsched.policy.{kind}_policy" in _LOADED
+
 
 def _policy(module: str) -> Callable:
     """The learned policy's ``preschedule`` from ``module``, imported (with torch) on first use."""
 
     def rl(problem, seed: int = 0):
-        return import_module(module).preschedule(problem, seed)
+        answer = import_module(module).preschedule(problem, seed)
+        _LOADED.add(module)
+        return answer
 
     rl.__name__ = "rl"
     return rl
@@ -63,25 +75,39 @@ def run_prescheduler(ctx: Context, name_or_fn, table: dict[str, Callable]):
 def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     """Run the portfolio for ``kind`` ("stage" or "placement") and keep the best as the incumbent.
 
-    The learned policy joins when ``policy`` is set and the time limit affords its first load
-    (`Tuning.policy_min_seconds`); the log says which candidate won and what each scored.
+    The learned policy (when ``policy`` is set) takes part by one of two rules. Loaded in this
+    process already, or with a time limit that affords its first load
+    (`Tuning.policy_min_seconds`), it runs first, always: a rule on the limit, so the run repeats.
+    Otherwise, unless a work limit asks for a run that repeats, it loads and decodes in a helper
+    thread while the baselines and the search run (`Context.offer_later`), and joins when its
+    answer arrives within the clock; whether it did depends on the machine, so such a run is not
+    reproducible (and says so). Either way inc-ilp is never worse than the policy alone at the same
+    limit. The log says which candidate won and what each scored.
     """
     table = STAGE_PRESCHEDULERS if kind == "stage" else PLACEMENT_PRESCHEDULERS
     t = ctx.tuning
     names = list(t.stage_portfolio if kind == "stage" else t.placement_portfolio)
-    skipped = None
+    notes = []
     if ctx.time_limit >= t.policy_min_seconds:
         names += [] if kind == "stage" else list(t.placement_polish)
-        if policy:
-            names.insert(0, "rl")
-    elif policy:
-        skipped = f"learned policy skipped: time_limit {ctx.time_limit:g} s is below the {t.policy_min_seconds:g} s its first load may take"
     n_nodes = ctx.problem.graph.n_nodes
     cost = t.stage_seconds_per_node if kind == "stage" else t.placement_seconds_per_node
+    affordable_policy = cost.get("rl", 0.0) * n_nodes <= t.portfolio_share * ctx.time_limit
+    if policy and (ctx.time_limit >= t.policy_min_seconds or policy_loaded(kind)):
+        names.insert(0, "rl")
+    elif policy and ctx.work_limit is not None:
+        notes.append(f"learned policy left out: its first load may take {t.policy_min_seconds:g} s, more than time_limit "
+                     f"{ctx.time_limit:g} s, and a work-bounded run takes part by rule, not by the clock")
+    elif policy and ctx.time_limit < t.policy_background_min_seconds:
+        notes.append(f"learned policy left out: not loaded in this process, and its first load takes longer than time_limit {ctx.time_limit:g} s")
+    elif policy and affordable_policy:
+        problem, seed, rl = ctx.problem, ctx.seed, table["rl"]
+        ctx.offer_later("rl", HelperStep(lambda: rl(problem, seed), "incsched policy"))
+        notes.append("learned policy loading in the background: it joins if its answer arrives within the clock")
     affordable = [name for name in names if cost.get(name, 0.0) * n_nodes <= t.portfolio_share * ctx.time_limit]
-    too_slow = [name for name in names if name not in affordable]
+    too_slow = [name for name in names if name not in affordable] + ([] if affordable_policy or not policy or "rl" in names else ["rl"])
     if too_slow:
-        skipped = (skipped + "; " if skipped else "") + f"skipped as too slow for {n_nodes} nodes in {ctx.time_limit:g} s: {', '.join(too_slow)}"
+        notes.append(f"skipped as too slow for {n_nodes} nodes in {ctx.time_limit:g} s: {', '.join(too_slow)}")
     scores, answers = {}, {}
     with ctx.timed("preschedule"):
         for name in affordable:
@@ -105,7 +131,7 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
             _polish(ctx)
     feasible = {name: v for name, v in scores.items() if v is not None}
     winner = min(feasible, key=feasible.get) if feasible else None
-    ctx.record("incumbent", winner=winner, scores=scores, **({"note": skipped} if skipped else {}))
+    ctx.record("incumbent", winner=winner, scores=scores, **({"note": "; ".join(notes)} if notes else {}))
 
 
 def _on_the_clock(ctx: Context, name: str, fn: Callable):

@@ -1,0 +1,83 @@
+"""The learned policy in inc-ilp's portfolio at any time limit (issue 25): loaded in the process, it
+always takes part; cold, with a limit too short for its first load by rule, it loads in a helper
+thread and joins when its answer arrives within the clock (the run then says it may not repeat);
+a work-bounded run, which promises to repeat, takes it by rule only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import incsched
+from incsched.generators import bandwidth_for_comm_ratio, transformer_block
+from incsched.inc_ilp.incumbent import policy_loaded
+
+
+def _problem():
+    g = transformer_block()
+    return incsched.PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
+
+
+def _portfolio_step(r) -> dict:
+    return next(s for s in r.provenance["steps"] if s["phase"] == "incumbent" and "scores" in s)
+
+
+@pytest.mark.slow
+def test_once_loaded_the_policy_is_always_in_the_portfolio():
+    p = _problem()
+    rl = incsched.solve(p, "rl", time_limit=60)  # loads it in this process, if no test did before
+    assert rl.objective is not None and policy_loaded("placement")
+    # a limit below the rule's (here raised to 100 s, so that a loaded machine cannot end the run first)
+    short = incsched.Tuning(policy_min_seconds=100)
+    r = incsched.solve(p, time_limit=30, work_limit=0.3, tuning=short)
+    assert "rl" in _portfolio_step(r)["scores"]
+    assert r.objective <= rl.objective
+    assert r.reproducible  # taken by rule (it is loaded), not by the clock
+    again = incsched.solve(p, time_limit=30, work_limit=0.3, tuning=short)
+    assert r.to_json(timing=False) == again.to_json(timing=False)
+
+
+COLD = r"""
+import json, sys
+import incsched
+from incsched.generators import bandwidth_for_comm_ratio, transformer_block
+g = transformer_block()
+p = incsched.PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
+kw = json.loads(sys.argv[1])
+kw["tuning"] = incsched.Tuning.from_json(kw.get("tuning", {}))
+r = incsched.solve(p, **kw)
+print(json.dumps({"reproducible": r.reproducible, "objective": r.objective, "steps": r.provenance["steps"]}))
+"""
+
+
+def _cold(**kwargs) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", COLD, json.dumps(kwargs)], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_cold_and_short_the_policy_loads_in_the_background_and_the_run_says_it_may_not_repeat():
+    out = _cold(time_limit=30, tuning={"policy_min_seconds": 100})  # below the rule's limit, with time to arrive
+    notes = [s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent"]
+    assert any("loading in the background" in n for n in notes)
+    assert any("arrived in the background" in n for n in notes)
+    assert out["reproducible"] is False  # whether the policy arrived in time depends on the machine
+
+
+@pytest.mark.slow
+def test_a_work_bounded_run_takes_the_policy_by_rule_only():
+    out = _cold(time_limit=30, work_limit=0.3, tuning={"policy_min_seconds": 100})
+    notes = [s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent"]
+    assert any("takes part by rule" in n for n in notes)
+    assert out["reproducible"] is True
+
+
+def test_below_the_background_limit_the_cold_policy_is_left_out():
+    out = _cold(time_limit=2, tuning={"policy_background_min_seconds": 2.5})
+    assert any("left out" in s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent")
