@@ -223,3 +223,131 @@ def test_exported_zoo_models_match_their_torch_capture(tmp_path, name):
     assert matrix == torch_graph.flops.sum() + attention_flops
     assert torch_graph.flops.sum() <= g.flops.sum() <= (1 + flop_tol) * torch_graph.flops.sum()
     assert g.meta["flops_unknown_ops"] == [] and g.meta["unknown_size_tensors"] == 0
+
+
+# ---------------------------------------------------------------------- sizes at every magnitude (issue 24)
+
+
+def _one_op_model(shape, op: str = "Relu", *, extra_nodes=(), initializers=(), elem=TensorProto.FLOAT):
+    """input x of ``shape`` -> ``op`` -> y, with optional nodes after it."""
+    nodes = [helper.make_node(op, ["x"], ["y"], name="first"), *extra_nodes]
+    out = nodes[-1].output[0]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info(out, elem, None)], initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _one_line_error(path, error=FormatError, **kwargs) -> str:
+    from incsched.formats.onnx import read_onnx
+
+    with pytest.raises(error) as err:
+        read_onnx(path, **kwargs)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(str(path)), text
+    return text
+
+
+@pytest.mark.parametrize("shape, shown", [
+    ([2**62, 2**62], "[4611686018427387904, 4611686018427387904] holds about 2**126 bytes"),
+    ([2] * 70, "[2, 2, 2, 2, ... (70 dimensions)] holds 4,722,366,482,869,645,213,696 bytes"),
+])
+def test_a_tensor_whose_bytes_pass_2_62_is_refused_by_name(tmp_path, shape, shown):
+    # was OverflowError at np.asarray(edge_bytes, int64)
+    path = _save(_one_op_model(shape), tmp_path / "big.onnx")
+    text = _one_line_error(path)
+    assert f"tensor 'x' of shape {shown}, beyond the supported 2**62 bytes per graph" in text
+
+
+def test_huge_expand_and_external_initializer_are_refused_by_name(tmp_path):
+    target = numpy_helper.from_array(np.array([2**31, 2**31, 4], np.int64), "target")
+    model = _one_op_model([1, 1, 1], extra_nodes=[helper.make_node("Expand", ["y", "target"], ["z"], name="expand")],
+                          initializers=[target])
+    assert "tensor 'z' of shape [2147483648, 2147483648, 4] holds" in _one_line_error(_save(model, tmp_path / "e.onnx"))
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2**40, 2**40], data_location=TensorProto.EXTERNAL)
+    w.external_data.add(key="location", value="weights.bin")
+    model = _one_op_model([4], "Relu", extra_nodes=[helper.make_node("Add", ["y", "w"], ["z"])], initializers=[w])
+    assert "initializer 'w' of shape [1099511627776, 1099511627776] holds" in _one_line_error(_save(model, tmp_path / "w.onnx"))
+
+
+def test_sizes_each_within_2_62_whose_sum_is_not_are_refused_naming_the_file(tmp_path):
+    # two outputs of 2**61 bytes each: every tensor fits, the graph's total does not
+    model = _one_op_model([2**60], "Relu", extra_nodes=[helper.make_node("Relu", ["x"], ["b"]),
+                                                       helper.make_node("Add", ["y", "b"], ["z"])])
+    text = _one_line_error(_save(model, tmp_path / "sum.onnx"), error=ValueError)
+    assert "beyond the supported 2**62" in text
+
+
+def test_a_long_1d_tensor_does_not_exhaust_memory_in_shape_inference(tmp_path):
+    # ONNX's data propagation allocated ~260 bytes per element of a 1-D Add's inputs: the OOM killer at 2**60
+    from incsched.formats.onnx import read_onnx
+
+    model = _one_op_model([2**40], "Relu", extra_nodes=[helper.make_node("Relu", ["x"], ["b"]),
+                                                       helper.make_node("Add", ["y", "b"], ["z"], name="add")])
+    g = read_onnx(_save(model, tmp_path / "long.onnx"))
+    assert g.out_bytes[g.names.index("add")] == 4 * 2**40
+
+
+@pytest.mark.parametrize("shape, expected", [([3, 0], 0), ([0], 0), ([3, 2], 24)])
+def test_a_zero_dimension_is_an_empty_tensor(tmp_path, shape, expected):
+    # a zero dimension was read as symbolic (1): 12 bytes for [3, 0]
+    from incsched.formats.onnx import read_onnx
+
+    g = read_onnx(_save(_one_op_model(shape), tmp_path / "z.onnx"))
+    assert g.meta["input_shapes"] == [shape] and g.meta["symbolic_dims"] == {}
+    assert g.out_bytes.tolist() == [expected, expected] and g.edge_bytes.tolist() == [expected]
+
+
+def test_a_negative_dimension_is_refused_by_name(tmp_path):
+    path = _save(_one_op_model([3, -2]), tmp_path / "neg.onnx")
+    assert "input 'x' has dimension -2 at axis 1" in _one_line_error(path)
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[-4])
+    model = _one_op_model([4], extra_nodes=[helper.make_node("Add", ["y", "w"], ["z"])], initializers=[w])
+    assert "initializer 'w' has dimension -4 at axis 0" in _one_line_error(_save(model, tmp_path / "negw.onnx"))
+
+
+def test_sub_byte_elements_are_counted_exactly(tmp_path):
+    from incsched.formats.onnx import read_onnx
+
+    g = read_onnx(_save(_one_op_model([7], "Identity", elem=TensorProto.INT4), tmp_path / "i4.onnx"), coarsen="none")
+    assert g.out_bytes.tolist() == [4, 4]  # 7 half-bytes round up to 4 bytes
+    g = read_onnx(_save(_one_op_model([2**58 + 1], "Identity", elem=TensorProto.FLOAT), tmp_path / "f.onnx"), coarsen="none")
+    assert g.out_bytes.tolist() == [4 * (2**58 + 1)] * 2  # exact: float64 would say 2**60
+
+
+@pytest.mark.parametrize("dims, shown", [
+    ({"batch": "x"}, "dims['batch'] must be a whole number from 1 to 2**63 - 1 (ONNX's int64), got 'x'"),
+    ({"batch": 2**100}, "dims['batch'] must be a whole number from 1 to 2**63 - 1 (ONNX's int64), got an integer of 101 bits"),
+    ({"batch": -3}, "got -3"),
+    ({"batch": 0}, "got 0"),
+    ({"batch": 1.5}, "got 1.5"),
+    ({"batch": True}, "got True"),
+    ({"batch": None}, "got None"),
+    ({3: 4}, "dims names must be strings, got int (3)"),
+    (5, "dims must be a mapping of dimension names to sizes, got int (5)"),
+    ({"batch": 2**62}, "tensor 'x' of shape [4611686018427387904, 3, 8, 8] holds"),  # fits int64, its bytes do not
+])
+def test_dims_are_checked_in_one_line(tmp_path, dims, shown):
+    path = _save(small_cnn(batch="batch"), tmp_path / "cnn.onnx")
+    assert shown in _one_line_error(path, dims=dims)
+
+
+def test_dims_naming_no_input_dimension_are_logged(tmp_path, caplog):
+    from incsched.formats.onnx import read_onnx
+
+    path = _save(small_cnn(batch="batch"), tmp_path / "cnn.onnx")
+    g = read_onnx(path, dims={"batch": np.int64(2), "btach": 8})
+    assert g.meta["symbolic_dims"] == {"batch": 2}
+    assert "dims ['btach'] name no symbolic input dimension" in caplog.text
+
+
+def test_flops_beyond_float64_are_refused_and_malformed_shapes_are_unknown_flops(tmp_path):
+    from incsched.formats.onnx import read_onnx
+
+    g = read_onnx(_save(_one_op_model([4], "Gemm"), tmp_path / "g.onnx"))
+    assert g.meta["flops_unknown_ops"] == ["Gemm"]  # a Gemm with one input: unknown, not IndexError
+    pool = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[1, 1], strides=[1, 1])
+    pool.attribute[0].ints[:] = [2**62] * 20
+    graph = helper.make_graph([pool], "p", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])])
+    path = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "p.onnx")
+    assert "node 'pool' (MaxPool) has more FLOPs than a float64 holds" in _one_line_error(path)

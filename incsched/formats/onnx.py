@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..graph.coarsen import TRIVIAL_OPS, fuse_trivial
-from ..errors import FormatError
-from ..graph import CompGraph
+from ..errors import FormatError, GraphError
+from ..graph import MAX_TOTAL_BYTES, CompGraph
 from ..jsonio import read_limited
 from ..limits import InputLimits, check_count, input_limits
 
@@ -64,8 +64,8 @@ _REDUCTIONS = {
     "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp",
 }
 
-# Packed sub-byte element types (int4, uint4, float4): two elements a byte.
-_HALF_BYTE_TYPES = {"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"}
+# Packed sub-byte element types: int4, uint4 and float4 two elements a byte, int2 and uint2 four.
+_SUB_BYTE_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2}
 
 
 def read_onnx(
@@ -86,8 +86,9 @@ def read_onnx(
         ``"trivial"`` (default, as capture) fuses free ops (reshapes, casts, squeezes ...) into a
         neighbour; ``"none"`` keeps one node per operator.
     dims : mapping of str to int, optional
-        Values of the inputs' symbolic dimensions (``{"batch": 8, "sequence": 128}``); any not
-        given is 1, and the graph's ``meta["symbolic_dims"]`` records what was used.
+        Values of the inputs' symbolic dimensions (``{"batch": 8, "sequence": 128}``), each a
+        positive whole number below 2**63 (ONNX's int64); any not given is 1, names the inputs do
+        not have are logged, and the graph's ``meta["symbolic_dims"]`` records what was used.
     limits : InputLimits, optional
         Largest file, node and edge counts accepted (default `incsched.limits.input_limits()`).
 
@@ -101,8 +102,10 @@ def read_onnx(
     Raises
     ------
     FormatError
-        The ``onnx`` package is missing (the message says how to install it), or the file is not
-        an ONNX model.
+        The ``onnx`` package is missing (the message says how to install it), the file is not an
+        ONNX model, ``dims`` is not a mapping of names to positive whole numbers, a tensor has a
+        negative dimension, or a tensor's bytes (or a node's, an edge's, the graph's total) pass
+        `incsched.graph.MAX_TOTAL_BYTES` (2**62).
     LimitError
         The file or the graph is larger than ``limits`` allow.
     OSError
@@ -115,6 +118,7 @@ def read_onnx(
         raise FormatError(f"{path}: reading ONNX needs the onnx package: pip install 'incsched[onnx]'") from None
     if coarsen not in ("trivial", "none"):
         raise FormatError(f"{path}: coarsen must be 'trivial' or 'none' for ONNX models, got {coarsen!r}")
+    dims = _check_dims(dims, str(path))
     lim = input_limits(limits)
     raw = read_limited(path, lim.max_file_bytes)
     model = onnx.ModelProto()
@@ -127,13 +131,13 @@ def read_onnx(
     check_count("nodes", len(model.graph.node) + len(model.graph.input), lim.max_nodes, "max_nodes", str(path))
 
     _drop_large_weight_data(model)
-    symbolic = _fix_symbolic_dims(model, dims or {})
+    symbolic = _fix_symbolic_dims(model, dims, str(path))
+    inferred = _infer_shapes(model, shape_inference, str(path))
     try:
-        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as exc:  # an inconsistent model: keep what the file declares, say so
-        log.warning("%s: ONNX shape inference failed (%s); sizes of undeclared tensors are unknown", path, _first_line(exc))
-        inferred = model
-    return _build(inferred, onnx, source=str(path), coarsen=coarsen, symbolic=symbolic, limits=lim)
+        return _build(inferred, onnx, source=str(path), coarsen=coarsen, symbolic=symbolic, limits=lim)
+    except GraphError as exc:  # sizes each within 2**62 whose sum per node, edge or graph is not
+        exc.args = (f"{path}: {exc}",)
+        raise
 
 
 # ---------------------------------------------------------------------- building the graph
@@ -141,9 +145,9 @@ def read_onnx(
 
 def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], limits: InputLimits) -> CompGraph:
     g = model.graph
-    tensors = _TensorTypes(g, onnx)
+    tensors = _TensorTypes(g, onnx, source)
     initializers = {t.name: t for t in g.initializer}
-    init_bytes = {name: tensors.bytes_of(name) or _initializer_bytes(t, onnx) for name, t in initializers.items()}
+    init_bytes = {name: tensors.bytes_of(name) or _initializer_bytes(t, onnx, source) for name, t in initializers.items()}
 
     # Values known before the model runs: initializers, constants, and what is computed from them
     # and from shapes alone. Operators producing only such values are folded, not graph nodes; each
@@ -171,7 +175,7 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
             if node.op_type == "Constant":
                 derived = frozenset(node.output)
                 for x in node.output:
-                    constant_value_bytes[x] = tensors.bytes_of(x) or _constant_bytes(node, onnx)
+                    constant_value_bytes[x] = tensors.bytes_of(x) or _constant_bytes(node, onnx, source)
             elif node.op_type in _SHAPE_ONLY:
                 derived = frozenset()
             else:
@@ -185,7 +189,7 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
         kinds.append(_kind(node))
         node_outputs.append([x for x in node.output if x])
         node_inputs.append(inputs)
-        value = _flops(node, tensors)
+        value = _flops_of(node, name, tensors, source)
         if value is None:
             unknown_flops.add(node.op_type)
         flops.append(value or 0.0)
@@ -247,7 +251,7 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
         flops=flops,
         param_bytes=param_bytes,
         out_bytes=out_bytes,
-        edge_bytes=np.asarray(list(edges.values()), dtype=np.int64),
+        edge_bytes=list(edges.values()),  # Python ints: CompGraph refuses a sum past 2**62 by name
         members=[[nm] for nm in names],
         name=meta["model"],
         meta=meta,
@@ -283,6 +287,44 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
+#: Longest 1-D tensor that ONNX's data propagation may see. It turns every 1-D tensor of known
+#: length that an Add, Mul, Slice ... reads into a list of that many dimensions, about 260 bytes
+#: each (measured with onnx 1.23: 274 MB at 2**20, std::bad_alloc or the OOM killer at 2**24 and
+#: up); shape tensors, what it is for, have a handful of elements.
+_DATA_PROP_MAX_LENGTH = 2**16
+
+
+def _infer_shapes(model, shape_inference, source: str):
+    """The model with ONNX's inferred shapes: a plain pass, then data propagation (which infers the
+    shapes that shape arithmetic computes) only when the plain pass left some unknown and no 1-D
+    tensor is long enough to make it exhaust memory. A model inference fails on is kept as declared."""
+    try:
+        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=False)
+    except Exception as exc:  # an inconsistent model: keep what the file declares, say so
+        log.warning("%s: ONNX shape inference failed (%s); sizes of undeclared tensors are unknown", source, _first_line(exc))
+        return model
+    g = inferred.graph
+    infos = [*g.input, *g.value_info, *g.output]
+    known = {x.name for x in infos if x.type.HasField("tensor_type") and x.type.tensor_type.HasField("shape")
+             and all(d.HasField("dim_value") for d in x.type.tensor_type.shape.dim)}
+    produced = {x for node in g.node for x in node.output if x}
+    if produced <= known | {t.name for t in g.initializer}:
+        return inferred
+    longest = max(
+        [t.dims[0] for t in g.initializer if len(t.dims) == 1]
+        + [x.type.tensor_type.shape.dim[0].dim_value for x in infos if x.name in known and len(x.type.tensor_type.shape.dim) == 1],
+        default=0,
+    )
+    if longest > _DATA_PROP_MAX_LENGTH:
+        log.info("%s: a 1-D tensor of %d elements; shapes computed by shape arithmetic are left unknown", source, longest)
+        return inferred
+    try:
+        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        log.warning("%s: ONNX shape inference with data propagation failed (%s); some sizes are unknown", source, _first_line(exc))
+        return inferred
+
+
 def _drop_large_weight_data(model, keep_bytes: int = 4096) -> None:
     """Forget the values of large initializers, in place: sizes come from their declared shapes, and
     shape inference then copies kilobytes, not the weights (seconds for a 100 MB model). Small ones
@@ -293,53 +335,123 @@ def _drop_large_weight_data(model, keep_bytes: int = 4096) -> None:
                 t.ClearField(field)
 
 
-def _fix_symbolic_dims(model, dims: Mapping[str, int]) -> dict[str, int]:
-    """Give every symbolic or unknown input dimension a value (``dims``, else 1), in place."""
+#: Largest value of a symbolic dimension: ONNX stores dimensions as int64.
+_MAX_DIM = 2**63 - 1
+
+
+def _check_dims(dims, source: str) -> dict[str, int]:
+    """``read_onnx``'s ``dims`` as a dict of names to whole numbers from 1 to 2**63 - 1."""
+    if dims is None:
+        return {}
+    if not isinstance(dims, Mapping):
+        raise FormatError(f"{source}: dims must be a mapping of dimension names to sizes, got {type(dims).__name__} ({dims!r:.80})")
+    out: dict[str, int] = {}
+    for label, value in dims.items():
+        if not isinstance(label, str):
+            raise FormatError(f"{source}: dims names must be strings, got {type(label).__name__} ({label!r:.80})")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= _MAX_DIM:
+            shown = f"an integer of {int(value).bit_length()} bits" if isinstance(value, int) and abs(value) > 2**64 else repr(value)
+            raise FormatError(
+                f"{source}: dims[{label!r}] must be a whole number from 1 to 2**63 - 1 (ONNX's int64), got {shown:.80}"
+            )
+        out[label] = int(value)
+    return out
+
+
+def _fix_symbolic_dims(model, dims: dict[str, int], source: str) -> dict[str, int]:
+    """Give every symbolic or unknown input dimension a value (``dims``, else 1), in place.
+
+    A dimension of 0 is kept (an empty tensor: no bytes); a negative one is refused by name.
+    """
     used: dict[str, int] = {}
     initializers = {t.name for t in model.graph.initializer}
     for x in model.graph.input:
         if x.name in initializers or not x.type.HasField("tensor_type"):
             continue
-        for d in x.type.tensor_type.shape.dim:
-            if d.HasField("dim_value") and d.dim_value > 0:
+        for axis, d in enumerate(x.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise FormatError(
+                        f"{source}: input {x.name!r} has dimension {d.dim_value} at axis {axis}; "
+                        "ONNX dimensions are 0 or more, or symbolic"
+                    )
                 continue
             label = d.dim_param or "?"
-            value = int(dims.get(label, 1))
+            value = dims.get(label, 1)
             d.Clear()
             d.dim_value = value
             used[label] = value
+    unknown = sorted(set(dims) - set(used))
+    if unknown:
+        log.warning("%s: dims %s name no symbolic input dimension of the model (it has %s)", source, unknown, sorted(used))
     if used:
         log.info("symbolic input dimensions set to %s", used)
     return used
 
 
-class _TensorTypes:
-    """Shape, element size and bytes of every tensor that shape inference (or the file) describes."""
+def _shape_text(shape: list[int]) -> str:
+    if len(shape) <= 8:
+        return str(list(shape))
+    return f"[{', '.join(map(str, shape[:4]))}, ... ({len(shape)} dimensions)]"
 
-    def __init__(self, g, onnx):
+
+def _size_text(n: int) -> str:
+    return f"{n:,}" if n < 10**30 else f"about 2**{n.bit_length() - 1}"
+
+
+def _checked_bytes(what: str, name: str, shape: list[int], bits: int, source: str) -> int | None:
+    """Bytes of a tensor of ``shape`` with ``bits`` per element (0: unknown), as an exact Python int.
+
+    Refuses by name a negative dimension, more elements than int64 counts, or more bytes than a
+    graph may hold (`MAX_TOTAL_BYTES`): past those, numpy's int64 and float64 costs would overflow.
+    """
+    for axis, d in enumerate(shape):
+        if d < 0:
+            raise FormatError(f"{source}: {what} {name!r} has dimension {d} at axis {axis}; ONNX dimensions are 0 or more")
+    numel = math.prod(shape)
+    nbytes = (numel * bits + 7) // 8 if bits else None
+    if numel > _MAX_DIM or (nbytes is not None and nbytes > MAX_TOTAL_BYTES):
+        size = f"{_size_text(nbytes)} bytes" if nbytes is not None else f"{_size_text(numel)} elements"
+        raise FormatError(
+            f"{source}: {what} {name!r} of shape {_shape_text(shape)} holds {size}, "
+            "beyond the supported 2**62 bytes per graph"
+        )
+    return nbytes
+
+
+class _TensorTypes:
+    """Shape, element size and bytes of every tensor that shape inference (or the file) describes.
+
+    Every shape is checked as it is recorded (`_checked_bytes`), so sizes, FLOPs and edge bytes
+    computed from them stay within int64 and float64.
+    """
+
+    def __init__(self, g, onnx, source: str):
+        self.source = source
         self.shapes: dict[str, list[int] | None] = {}
-        self.itemsize: dict[str, float] = {}
+        self.bits: dict[str, int] = {}
         for info in [*g.input, *g.value_info, *g.output]:
             self._add(info.name, info.type, onnx)
         for t in g.initializer:
+            self.bits[t.name] = _element_bits(t.data_type, onnx)
             self.shapes[t.name] = list(t.dims)
-            self.itemsize[t.name] = _element_size(t.data_type, onnx)
+            _checked_bytes("initializer", t.name, self.shapes[t.name], self.bits[t.name], source)
 
     def _add(self, name: str, type_proto, onnx) -> None:
         if not type_proto.HasField("tensor_type"):
             return
         tt = type_proto.tensor_type
-        self.itemsize[name] = _element_size(tt.elem_type, onnx)
-        if not tt.HasField("shape"):
-            self.shapes[name] = None
+        self.bits[name] = _element_bits(tt.elem_type, onnx)
+        if not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
+            self.shapes[name] = None  # symbolic or unknown dimensions: size unknown
             return
-        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
-        self.shapes[name] = None if any(x < 0 for x in dims) else dims
+        self.shapes[name] = [d.dim_value for d in tt.shape.dim]
+        _checked_bytes("tensor", name, self.shapes[name], self.bits[name], self.source)
 
     def set_bytes(self, name: str, nbytes: int | None) -> None:
         """Bytes of a value that is not one tensor (a sequence of tensors)."""
         if nbytes is not None:
-            self.shapes[name], self.itemsize[name] = [nbytes], 1.0
+            self.shapes[name], self.bits[name] = [nbytes], 8
 
     def shape_of(self, name: str) -> list[int] | None:
         return self.shapes.get(name)
@@ -349,31 +461,34 @@ class _TensorTypes:
         return None if shape is None else math.prod(shape)
 
     def bytes_of(self, name: str) -> int | None:
-        n, size = self.numel(name), self.itemsize.get(name)
-        return None if n is None or not size else math.ceil(n * size)
+        n, bits = self.numel(name), self.bits.get(name)
+        return None if n is None or not bits else (n * bits + 7) // 8
 
     def unknown_count(self, outputs: list[list[str]]) -> int:
         return sum(self.bytes_of(x) is None for outs in outputs for x in outs)
 
 
-def _element_size(elem_type: int, onnx) -> float:
+def _element_bits(elem_type: int, onnx) -> int:
+    """Bits of one element (packed sub-byte types: 4 or 2); 0 when unknown (strings, undefined)."""
     name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else ""
-    if name in _HALF_BYTE_TYPES:
-        return 0.5
+    if name in _SUB_BYTE_BITS:
+        return _SUB_BYTE_BITS[name]
     try:
-        return float(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
+        return 8 * int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
     except Exception:  # strings, undefined, types numpy does not know: size unknown
-        return 0.0
+        return 0
 
 
-def _initializer_bytes(t, onnx) -> int:
-    return math.ceil(math.prod(t.dims) * _element_size(t.data_type, onnx))
+def _initializer_bytes(t, onnx, source: str) -> int:
+    return _checked_bytes("initializer", t.name, list(t.dims), _element_bits(t.data_type, onnx), source) or 0
 
 
-def _constant_bytes(node, onnx) -> int:
+def _constant_bytes(node, onnx, source: str) -> int:
     for attr in node.attribute:
         if attr.name == "value" and attr.HasField("t"):
-            return _initializer_bytes(attr.t, onnx)
+            t = attr.t
+            name = node.name or (node.output[0] if node.output else "Constant")
+            return _checked_bytes("constant", name, list(t.dims), _element_bits(t.data_type, onnx), source) or 0
     return 0
 
 
@@ -392,6 +507,20 @@ def _attr(node, name: str, default: Any = None) -> Any:
             if a.type == a.STRING:
                 return a.s.decode("utf-8", "replace")
     return default
+
+
+def _flops_of(node, name: str, tensors: _TensorTypes, source: str) -> float | None:
+    """`_flops`, with shapes that do not fit the operator (a rank-1 Gemm, a scalar MatMul) read as
+    unknown FLOPs (listed in ``meta["flops_unknown_ops"]``) and a count beyond float64 refused."""
+    try:
+        value = _flops(node, tensors)
+    except (IndexError, ValueError, TypeError):
+        return None
+    except OverflowError:
+        value = math.inf
+    if value is not None and not math.isfinite(value):
+        raise FormatError(f"{source}: node {name!r} ({node.op_type}) has more FLOPs than a float64 holds")
+    return value
 
 
 def _flops(node, tensors: _TensorTypes) -> float | None:
