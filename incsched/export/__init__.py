@@ -17,8 +17,10 @@ from .split_points import (
     FORMAT,
     VERSION,
     ExportError,
+    ExportMeta,
     StageRuns,
     deepspeed_parts,
+    export_meta,
     split_spec,
     split_spec_names,
     stage_runs,
@@ -30,9 +32,11 @@ from .stages import PipelineStages, pipeline_stages
 __all__ = [
     "FORMATS",
     "ExportError",
+    "ExportMeta",
     "PipelineStages",
     "StageRuns",
     "deepspeed_parts",
+    "export_meta",
     "export_result",
     "pipeline_stages",
     "split_spec",
@@ -65,7 +69,8 @@ def export_result(
     Raises
     ------
     ExportError
-        For an unknown format, or a result the format cannot express (names the module).
+        For an unknown format, a result the format cannot express (names the module), or graph
+        meta that is not what capture writes (`export_meta`: names the entry).
     """
     K = _n_stages(result)
     if fmt == "pipelining":
@@ -78,10 +83,12 @@ def export_result(
         return stage_table(graph, result, n_stages=K, source=source)
     else:
         raise ExportError(f"unknown export format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if K is None:  # the stages were checked by the call above: whole numbers, one per node
+        K = max(result.stages, default=-1) + 1
     return {"format": f"{FORMAT}.{fmt}", "version": VERSION, "graph": graph.name, "n_stages": K, **data}
 
 
 def _n_stages(result: Result) -> int | None:
     """K as solved (empty trailing stages included), from the per-stage terms the evaluator wrote."""
     per_stage = (result.terms or {}).get("stage_mem")
-    return len(per_stage) if isinstance(per_stage, list) else None
+    return len(per_stage) if isinstance(per_stage, list) and per_stage else None

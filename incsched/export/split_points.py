@@ -5,7 +5,8 @@
 chunk) all cut one call order of the model's modules into contiguous runs. A result of a graph
 captured with ``granularity="layer"`` (or ``"module:<depth>"``) is read here as those runs; anything
 that is not one (an op-level result, a module that runs after a later stage's, an empty stage) is
-refused with one line naming the node or module.
+refused with one line naming the node or module. What these read of the graph's ``meta`` (written
+by capture, but a graph file can say anything) is checked once, by `export_meta`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from ..result import Result
 
 __all__ = [
     "ExportError",
+    "ExportMeta",
+    "export_meta",
     "StageRuns",
     "stage_runs",
     "split_spec",
@@ -34,6 +37,92 @@ __all__ = [
 
 FORMAT = "incsched.export"
 VERSION = 1
+
+
+@dataclass(frozen=True)
+class ExportMeta:
+    """What export reads of a graph's ``meta``, checked (`export_meta`).
+
+    Attributes
+    ----------
+    granularity : str
+        ``"op"``, ``"layer"`` or ``"module:<depth>"`` (``meta["granularity"]``, default ``"op"``).
+    modules : dict of str to str, or None
+        Module path per node (``meta["modules"]``); None for an op-level graph without it.
+    glue_before : dict of str to int
+        Glue operations a node takes in before its module's call (``meta["glue_before"]``).
+    containers : frozenset of str
+        Top-level ModuleList/ModuleDict names (``meta["containers"]``), what torchtitan splits into.
+    module_of : dict of str to str
+        Innermost module per fx node of an op-level graph (``meta["module_of"]``), for messages.
+    """
+
+    granularity: str
+    modules: dict[str, str] | None
+    glue_before: dict[str, int]
+    containers: frozenset[str]
+    module_of: dict[str, str]
+
+
+def export_meta(graph: CompGraph) -> ExportMeta:
+    """The ``meta`` entries export reads, checked against their types: one line naming the entry
+    and the bad value, never a TypeError or a silently wrong split (a ``containers`` string read as
+    its letters, a list of module paths str()-ed into one name).
+
+    Raises
+    ------
+    ExportError
+        If ``granularity`` is not a string, ``modules`` or ``module_of`` does not map node names to
+        module paths (non-empty strings), ``glue_before`` does not map node names to counts
+        (whole numbers >= 0), ``containers`` is not a list of names, or a module-level graph has no
+        ``modules``.
+    """
+    meta = graph.meta
+    where = f"graph {graph.name!r}"
+    granularity = meta.get("granularity", "op")
+    if not isinstance(granularity, str):
+        raise ExportError(f"{where}: meta['granularity'] must be 'op', 'layer' or 'module:<depth>', got {granularity!r:.80}")
+
+    def mapping(key: str, ok, expected: str) -> dict | None:
+        value = meta.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise ExportError(f"{where}: meta[{key!r}] must map node names to {expected}, got {type(value).__name__} ({value!r:.80})")
+        for name, item in value.items():
+            if not isinstance(name, str) or not ok(item):
+                raise ExportError(f"{where}: meta[{key!r}] must map node names to {expected}; node {name!r} has {item!r:.80}")
+        return dict(value)
+
+    def is_path(x) -> bool:
+        return isinstance(x, str) and bool(x)
+
+    def is_count(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+    modules = mapping("modules", is_path, "module paths (non-empty strings)")
+    glue_before = mapping("glue_before", is_count, "counts (whole numbers >= 0)") or {}
+    module_of = mapping("module_of", is_path, "module paths (non-empty strings)") or {}
+    containers = meta.get("containers")
+    if containers is None:
+        containers = []
+    if isinstance(containers, (str, bytes, Mapping)) or not isinstance(containers, Sequence) or not all(is_path(c) for c in containers):
+        raise ExportError(f"{where}: meta['containers'] must be a list of module names, got {containers!r:.80}")
+    if granularity != "op" and modules is None:
+        raise ExportError(f"{where}: granularity {granularity!r} but meta['modules'] (the module path of every node) is missing")
+    return ExportMeta(granularity, modules, glue_before, frozenset(containers), module_of)
+
+
+def _stage_count(stage: list[int], n_stages, source: str) -> int:
+    """K: ``n_stages`` when given (a whole number covering every stage used), else the highest + 1."""
+    used = max(stage, default=-1) + 1
+    if n_stages is None:
+        return used
+    if isinstance(n_stages, bool) or not isinstance(n_stages, (int, np.integer)) or n_stages < max(used, 1):
+        raise ExportError(
+            f"{source}: n_stages is {n_stages!r}, but the stages used need a whole number of at least {max(used, 1)}"
+        )
+    return int(n_stages)
 
 
 @dataclass(frozen=True)
@@ -51,6 +140,8 @@ class StageRuns:
         Per stage, the parameter bytes it holds.
     starts : list of int
         Per stage, the index (call order) of its first node.
+    meta : ExportMeta
+        The graph's meta as export reads it, checked.
     """
 
     graph: CompGraph
@@ -58,6 +149,7 @@ class StageRuns:
     modules: list[list[str]]
     param_bytes: list[int]
     starts: list[int]
+    meta: ExportMeta
 
     @property
     def n_stages(self) -> int:
@@ -116,18 +208,22 @@ def stage_runs(
     Raises
     ------
     ExportError
-        For an op-level graph, a module that runs after a module of a later stage, or an empty stage.
+        For an op-level graph, a module that runs after a module of a later stage, or an empty stage;
+        for graph meta that is not what capture writes (`export_meta`).
     """
+    meta = export_meta(graph)
     stage = stage_list(graph, stages, source)
-    K = int(n_stages if n_stages is not None else max(stage, default=-1) + 1)
-    modules = graph.meta.get("modules")
-    if str(graph.meta.get("granularity", "op")) == "op" or not isinstance(modules, Mapping):
+    K = _stage_count(stage, n_stages, source)
+    if module_paths is not None and not isinstance(module_paths, Mapping):
+        raise ExportError(f"module_paths must map fx node names to module paths, got {type(module_paths).__name__}")
+    modules = meta.modules
+    if meta.granularity == "op" or modules is None:
         first = next((v for v in range(1, graph.n_nodes) if stage[v] != stage[v - 1]), None)
         where = ""
         if first is not None:
             where = f" (stage {stage[first]} begins at node {graph.names[first]!r}"
             name = graph.names[first]
-            module = (module_paths or {}).get(name) or (graph.meta.get("module_of") or {}).get(name)
+            module = (module_paths or {}).get(name) or meta.module_of.get(name)
             if module:
                 where += f", inside module {module!r}"
             where += ")"
@@ -155,17 +251,16 @@ def stage_runs(
             f"maps onto {K - empty.size} stages: solve with --stages {K - empty.size}"
         )
     nodes = [[nm for v, nm in enumerate(graph.names) if stage[v] == k] for k in range(K)]
-    per_stage_modules = [[str(modules[nm]) for nm in run] for run in nodes]
+    per_stage_modules = [[modules[nm] for nm in run] for run in nodes]
     param_bytes = [int(graph.param_bytes[np.asarray(stage) == k].sum()) for k in range(K)]
     starts = [int(np.cumsum(counts)[k - 1]) if k else 0 for k in range(K)]
-    return StageRuns(graph, nodes, per_stage_modules, param_bytes, starts)
+    return StageRuns(graph, nodes, per_stage_modules, param_bytes, starts, meta)
 
 
 def split_spec_names(graph: CompGraph, stages: Result | Sequence[int], **kwargs: Any) -> dict[str, str]:
     """The ``split_spec`` of `split_spec` with the markers as names (``"BEGINNING"``/``"END"``), for JSON."""
     runs = stage_runs(graph, stages, **kwargs)
-    modules = graph.meta["modules"]
-    glue_before = graph.meta.get("glue_before") or {}
+    modules, glue_before = runs.meta.modules, runs.meta.glue_before
     calls: dict[str, int] = {}
     for path in modules.values():
         calls[path] = calls.get(path, 0) + 1
@@ -280,7 +375,7 @@ def torchtitan_chunks(
         stages_of_rank = [[r, K - 1 - r] for r in range(ranks)]
     else:
         raise ExportError(f"unknown schedule style {style!r} (expected 'loop' or 'v')")
-    containers = set(graph.meta.get("containers") or ())
+    containers = runs.meta.containers
     for run in runs.modules:
         for path in run:
             parts = path.split(".")
@@ -302,23 +397,30 @@ def stage_table(graph: CompGraph, stages: Result | Sequence[int], *, n_stages: i
     """The plain form of any stage result: per stage its nodes, modules (module-level graphs) and bytes.
 
     Works at every granularity; for op-level graphs ``modules`` is left out.
+
+    Raises
+    ------
+    ExportError
+        If the stages do not fit the graph (`stage_list`), ``n_stages`` leaves a used stage out,
+        or the graph's meta is not what capture writes (`export_meta`).
     """
+    meta = export_meta(graph)
     stage = stage_list(graph, stages, source)
-    K = int(n_stages if n_stages is not None else max(stage, default=-1) + 1)
+    K = _stage_count(stage, n_stages, source)
     arr = np.asarray(stage, dtype=np.int64)
-    modules = graph.meta.get("modules") if isinstance(graph.meta.get("modules"), Mapping) else None
+    modules = meta.modules
     rows = []
     for k in range(K):
         names = [nm for v, nm in enumerate(graph.names) if stage[v] == k]
         row: dict[str, Any] = {"stage": k, "nodes": names, "param_bytes": int(graph.param_bytes[arr == k].sum())}
         if modules is not None:
-            row["modules"] = [str(modules[nm]) for nm in names if nm in modules]
+            row["modules"] = [modules[nm] for nm in names if nm in modules]
         rows.append(row)
     return {
         "format": f"{FORMAT}.json",
         "version": VERSION,
         "graph": graph.name,
-        "granularity": str(graph.meta.get("granularity", "op")),
+        "granularity": meta.granularity,
         "n_stages": K,
         "stages": rows,
     }

@@ -23,7 +23,7 @@ from ..execute.partition import ExecutionError, stage_program
 from ..execute.pipelining import ChainStage, boundary_examples, chain_stages
 from ..jsonio import atomic_write_bytes, write_json
 from ..result import Result
-from .split_points import FORMAT, VERSION, ExportError, stage_list
+from .split_points import FORMAT, VERSION, ExportError, _stage_count, stage_list
 
 __all__ = ["PipelineStages", "pipeline_stages"]
 
@@ -130,10 +130,11 @@ def pipeline_stages(
     Raises
     ------
     ExportError
-        If the result does not fit the graph or a value crossing stages is not a tensor.
+        If the result does not fit the graph, ``n_stages`` leaves a used stage out, or a value
+        crossing stages is not a tensor.
     """
     stage = stage_list(capture.graph, stages, source)
-    K = int(n_stages if n_stages is not None else max(stage, default=-1) + 1)
+    K = _stage_count(stage, n_stages, source)
     try:
         program = stage_program(capture, stage, K)
         modules = chain_stages(program)
