@@ -1,8 +1,8 @@
 """Input limits: the largest files, graphs and JSON nesting that incsched's readers accept.
 
 Every reader (graph files, problems, results, links) checks these before it allocates, so a
-hostile or mistaken input — a 1 MB gzip of 1 GB, a billion nodes, JSON nested a million deep — is
-refused quickly with bounded memory. Defaults are generous; override them per call (``limits=``)
+hostile or mistaken input — a 1 MB gzip of 1 GB, a billion nodes, JSON nested a million deep, a
+placement whose transfer table needs gigabytes — is refused quickly with bounded memory. Defaults are generous; override them per call (``limits=``)
 or for a whole process with the ``INCSCHED_MAX_*`` environment variables.
 """
 
@@ -32,12 +32,17 @@ class InputLimits:
     max_json_depth : int
         Nesting of JSON arrays and objects (``INCSCHED_MAX_JSON_DEPTH``, default 100; incsched's
         own files need 4).
+    max_transfer_table_bytes : int
+        Bytes of a placement problem's transfer table, edges x devices x devices int64 ticks
+        (``INCSCHED_MAX_TRANSFER_TABLE_BYTES``, default 1 GiB: 2,048 edges on 256 devices, 32,768
+        on 64). Building it takes about twice that at its peak, and solvers read copies of it.
     """
 
     max_file_bytes: int = 256 << 20
     max_nodes: int = 2_000_000
     max_edges: int = 20_000_000
     max_json_depth: int = 100
+    max_transfer_table_bytes: int = 1 << 30
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

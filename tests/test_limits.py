@@ -167,3 +167,48 @@ def test_directory_and_missing_file_are_os_errors(tmp_path):
         load_graph(tmp_path / "sub.json")
     with pytest.raises(FileNotFoundError):
         load_graph(tmp_path / "missing.json")
+
+
+# ---------------------------------------------------------------------- placement transfer tables (issue 24, item 12)
+
+
+def _chain(n_edges: int):
+    from incsched.graph import CompGraph
+
+    names = [f"v{i}" for i in range(n_edges + 1)]
+    return CompGraph(names, names[:-1], names[1:], out_bytes=[8] * len(names), compute_time={"cpu": [1e-3] * len(names)})
+
+
+def test_a_transfer_table_past_the_limit_is_refused_before_it_is_built(monkeypatch):
+    # 5,197 edges on 256 devices: a 2.7 GB int64 table (and float64 temporaries) died under ulimit -v
+    import resource
+    import time
+
+    from incsched.problems import PlacementProblem
+
+    g = _chain(5197)
+    before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    with pytest.raises(LimitError) as err:
+        PlacementProblem.identical(g, 256)
+    assert time.perf_counter() - start < 2 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
+    assert str(err.value) == (
+        "placement problem for graph 'graph': its transfer table of 5,197 edges x 256 x 256 devices needs "
+        "2,724,724,736 bytes, more than the limit of 1,073,741,824 (set INCSCHED_MAX_TRANSFER_TABLE_BYTES to raise it, "
+        "or use fewer devices)"
+    )
+    assert PlacementProblem.identical(g, 8).transfer_ticks().shape == (5197, 8, 8)  # 2.7 MB: fine
+    monkeypatch.setenv("INCSCHED_MAX_TRANSFER_TABLE_BYTES", str(8 * 5197 * 64 - 1))
+    with pytest.raises(LimitError, match="5,197 edges x 8 x 8 devices"):
+        PlacementProblem.identical(g, 8)
+    monkeypatch.setenv("INCSCHED_MAX_TRANSFER_TABLE_BYTES", str(8 * 5197 * 64))
+    assert PlacementProblem.identical(g, 8).n_devices == 8  # exactly at the limit is fine
+
+
+def test_the_transfer_table_limit_applies_to_problem_files(tmp_path, monkeypatch):
+    from incsched.problems import PlacementProblem
+
+    path = tmp_path / "p.json"
+    PlacementProblem.identical(_chain(10), 4).save(path)
+    monkeypatch.setenv("INCSCHED_MAX_TRANSFER_TABLE_BYTES", "100")
+    with pytest.raises(LimitError, match="needs 1,280 bytes, more than the limit of 100"):
+        PlacementProblem.load(path)

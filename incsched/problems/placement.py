@@ -13,7 +13,9 @@ automatic tick is the rule both problems share (`incsched.problems.units.auto_ti
 work of at least 10**6 ticks), coarsened when the horizon would pass the limit, as with a
 bandwidth of 1e-6 or a latency of 1e12 s against microsecond operations; a given ``time_unit``
 that is too fine, or times beyond float64, raise `PlacementError` naming the limit. At most
-`MAX_DEVICES` devices are accepted.
+`MAX_DEVICES` devices are accepted, and the [edges, D, D] transfer table at most
+``max_transfer_table_bytes`` (`incsched.limits`, 1 GiB unless ``INCSCHED_MAX_TRANSFER_TABLE_BYTES``
+says otherwise): a problem whose table would not fit is refused when it is made.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, PlacementError, PlacementInfeasibleError
+from ..errors import FormatError, LimitError, PlacementError, PlacementInfeasibleError
 from ..formats import graph_from_dict, graph_to_dict
 from ..graph import CompGraph
 from ..jsonio import read_json, write_json
+from ..limits import ENV_VARS, input_limits
 from .devices import Device, Links, identical_device_groups
 from .documents import check_document
 from .units import auto_time_unit, finest_time_unit
@@ -77,6 +80,9 @@ class PlacementProblem:
         No devices, duplicate device names, links of the wrong shape, a non-positive time unit.
     PlacementInfeasibleError
         A node's ``param_bytes`` exceed every device's memory (the message names the node).
+    LimitError
+        The transfer table (edges x devices x devices ticks) would pass the
+        ``max_transfer_table_bytes`` input limit.
     GraphError
         A device kind for which the graph has neither measured times nor a roofline estimate.
 
@@ -114,6 +120,7 @@ class PlacementProblem:
                 "supported (transfer times are a table over every pair of devices)"
             )
         object.__setattr__(self, "devices", devices)
+        self._check_table_size()
         if self.links is None:
             object.__setattr__(self, "links", Links())
         if not isinstance(self.links, Links):
@@ -140,6 +147,19 @@ class PlacementProblem:
             )
         object.__setattr__(self, "time_unit", float(self.time_unit))
         self._check_memory()
+
+    def _check_table_size(self) -> None:
+        """Refuse, before anything is allocated, a transfer table larger than the input limit: at
+        5,197 edges on 256 devices it is 2.7 GB of int64 ticks, and the solvers copy it."""
+        m, D = self.graph.n_edges, len(self.devices)
+        table = 8 * m * D * D
+        limit = input_limits().max_transfer_table_bytes
+        if table > limit:
+            raise LimitError(
+                f"placement problem for graph {self.graph.name!r}: its transfer table of {m:,} edges x {D} x {D} devices "
+                f"needs {table:,} bytes, more than the limit of {limit:,} (set {ENV_VARS['max_transfer_table_bytes']} "
+                "to raise it, or use fewer devices)"
+            )
 
     def _horizon_seconds(self) -> float:
         """Every node at its slowest plus every edge over its slowest link: no schedule takes longer.
@@ -220,7 +240,9 @@ class PlacementProblem:
     def transfer_seconds(self) -> np.ndarray:
         """Seconds to move each edge's bytes between each ordered device pair, [m, D, D]; zero on the diagonal."""
         lat, bw = self.links.matrices(self.n_devices)
-        sec = lat[None, :, :] + self.graph.edge_bytes.astype(np.float64)[:, None, None] / bw[None, :, :]
+        # In place after the one [m, D, D] allocation: the table is the largest array of a problem.
+        sec = self.graph.edge_bytes.astype(np.float64)[:, None, None] / bw[None, :, :]
+        sec += lat[None, :, :]
         sec[:, np.arange(self.n_devices), np.arange(self.n_devices)] = 0.0
         return sec
 
@@ -230,7 +252,7 @@ class PlacementProblem:
 
     @cached_property
     def _transfer_ticks(self) -> np.ndarray:
-        ticks = _to_ticks(self.transfer_seconds(), self.time_unit)
+        ticks = _to_ticks(self.transfer_seconds(), self.time_unit, in_place=True)
         ticks.setflags(write=False)
         return ticks
 
@@ -375,11 +397,19 @@ class PlacementProblem:
         )
 
 
-def _to_ticks(seconds: np.ndarray, time_unit: float) -> np.ndarray:
+def _to_ticks(seconds: np.ndarray, time_unit: float, in_place: bool = False) -> np.ndarray:
     # Half-up rounding (not numpy's half-to-even) so the rule is the one a reader would guess.
-    ticks = np.floor(np.asarray(seconds, dtype=np.float64) / time_unit + 0.5)
+    # ``in_place`` overwrites ``seconds`` (a float64 array the caller owns) with the same values.
+    if in_place:
+        ticks = seconds
+        ticks /= time_unit
+        ticks += 0.5
+        np.floor(ticks, out=ticks)
+    else:
+        ticks = np.floor(np.asarray(seconds, dtype=np.float64) / time_unit + 0.5)
     # The horizon check makes this unreachable from a constructed problem; a cast of inf or 1e20
     # to int64 would give -9.2e18 silently, so it is checked here too.
     if ticks.size and not (np.all(np.isfinite(ticks)) and float(ticks.max()) <= MAX_HORIZON_TICKS):
-        raise PlacementError(f"a time of {float(np.nanmax(seconds)):.3g} s is beyond 2**50 ticks of {time_unit:g} s")
+        worst = float(np.nanmax(ticks)) * time_unit if in_place else float(np.nanmax(seconds))
+        raise PlacementError(f"a time of {worst:.3g} s is beyond 2**50 ticks of {time_unit:g} s")
     return ticks.astype(np.int64)
