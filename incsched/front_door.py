@@ -144,17 +144,29 @@ def solve(
     )
     ctx.start_clock()
     try:
+        _run(ctx, kind, pipeline, method, preschedule, radius)
+    finally:
+        ctx.cancel_later()
+        ctx.stop_clock()
+    return certify(ctx, kind, method)
+
+
+def _run(ctx: Context, kind: str, pipeline, method: str, preschedule, radius: int) -> None:
+    """The pipeline, then any answer still coming from the policy's child process; Ctrl-C ends
+    either with the best answer so far (certified by the caller)."""
+    try:
         if kind == "stage":
             pipeline.run(ctx, method, preschedule, radius)
         else:
             pipeline.run(ctx, method, preschedule)
-        if not ctx.proven and not (ctx.best is not None and ctx.lower_bound is not None and ctx.best_value <= ctx.lower_bound):
-            ctx.collect(wait=True)  # the policy still loading: its answer, if it comes within the clock
+        settled = ctx.proven or (ctx.best is not None and ctx.lower_bound is not None and ctx.best_value <= ctx.lower_bound)
+        ctx.collect(wait=not settled)  # the policy still loading in its child: its answer, if it comes within the clock
     except KeyboardInterrupt:
-        ctx.stop.stop("interrupted")  # the best answer so far is certified and returned below
-    finally:
-        ctx.stop_clock()
-    return certify(ctx, kind, method)
+        ctx.stop.stop("interrupted")
+    try:
+        ctx.collect()  # one that arrived before the clock ran out, while a phase could not look
+    except KeyboardInterrupt:
+        ctx.stop.stop("interrupted")
 
 
 def _check_limit(name: str, value) -> None:

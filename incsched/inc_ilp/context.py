@@ -232,29 +232,36 @@ class Context:
         return True
 
     def offer_later(self, name: str, step) -> None:
-        """Pre-scheduler ``name`` runs in a helper thread (`incsched.helper_thread.HelperStep`);
-        its answer is taken when it arrives within the clock (`collect`). Whether it arrives in
-        time depends on the machine, so the run is marked as one a rerun may not repeat."""
+        """Pre-scheduler ``name`` runs elsewhere (``step``: ``done``, ``wait(should_stop)``,
+        ``cancel()``, e.g. `incsched.inc_ilp.policy_process.PolicyProcess`); its answer is taken
+        when it arrives within the clock (`collect`). Whether it arrives in time depends on the
+        machine, so the run is marked as one a rerun may not repeat."""
         self._later[name] = step
         self.wall_capped = True
+
+    def cancel_later(self) -> None:
+        """The run is over: stop whatever is still computing an answer for it."""
+        for step in self._later.values():
+            step.cancel()
+        self._later.clear()
 
     def collect(self, wait: bool = False) -> None:
         """Take every answer offered later that has arrived; ``wait``: wait for them on the clock."""
         for name, step in list(self._later.items()):
-            if not (step.done or wait) or self.stopped():
-                continue
+            if not step.done and (not wait or self.stopped()):
+                continue  # an answer that arrived in time is taken even after the clock stopped the search
             del self._later[name]
             try:
                 answer = step.wait(should_stop=self.stopped)
             except Abandoned:
                 self.record("incumbent", prescheduler=name, note=f"{name} still loading when the run stopped ({self.stopped()})")
                 continue
-            except PlacementInfeasibleError as exc:  # its greedy choices left a node no device with room
+            except (PlacementInfeasibleError, RuntimeError) as exc:  # no room for a node, or the child failed
                 self.fail(name, str(exc))
                 continue
             value = self.check(answer)
-            self.improve(answer, value, f"preschedule:{name} (arrived in the background)")
-            self.record("incumbent", prescheduler=name, scores={name: value}, note="arrived in the background within the clock")
+            self.improve(answer, value, f"preschedule:{name} (child process)")
+            self.record("incumbent", prescheduler=name, scores={name: value}, note="arrived from its child process within the clock")
 
     def fail(self, name: str, reason: str) -> None:
         """Pre-scheduler ``name`` gave no answer (its greedy choices broke a hard constraint)."""

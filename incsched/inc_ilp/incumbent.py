@@ -14,8 +14,9 @@ from typing import Callable
 from ..baselines.placement import PLACEMENT_BASELINES, local_search
 from ..baselines.stage import STAGE_BASELINES
 from ..errors import PlacementInfeasibleError, UnknownNameError
-from ..helper_thread import Abandoned, HelperStep, run_in_helper
+from ..helper_thread import Abandoned, run_in_helper
 from .context import Context
+from .policy_process import PolicyProcess
 
 __all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "search_evaluations", "policy_loaded"]
 
@@ -78,8 +79,9 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     The learned policy (when ``policy`` is set) takes part by one of two rules. Loaded in this
     process already, or with a time limit that affords its first load
     (`Tuning.policy_min_seconds`), it runs first, always: a rule on the limit, so the run repeats.
-    Otherwise, unless a work limit asks for a run that repeats, it loads and decodes in a helper
-    thread while the baselines and the search run (`Context.offer_later`), and joins when its
+    Otherwise, unless a work limit asks for a run that repeats, it loads and decodes in a child
+    process (`PolicyProcess`: torch's import would starve this process's clock) while the
+    baselines and the search run (`Context.offer_later`), and joins when its
     answer arrives within the clock; whether it did depends on the machine, so such a run is not
     reproducible (and says so). Either way inc-ilp is never worse than the policy alone at the same
     limit. The log says which candidate won and what each scored.
@@ -101,9 +103,8 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     elif policy and ctx.time_limit < t.policy_background_min_seconds:
         notes.append(f"learned policy left out: not loaded in this process, and its first load takes longer than time_limit {ctx.time_limit:g} s")
     elif policy and affordable_policy:
-        problem, seed, rl = ctx.problem, ctx.seed, table["rl"]
-        ctx.offer_later("rl", HelperStep(lambda: rl(problem, seed), "incsched policy"))
-        notes.append("learned policy loading in the background: it joins if its answer arrives within the clock")
+        ctx.offer_later("rl", PolicyProcess(kind, ctx.problem, ctx.seed))
+        notes.append("learned policy loading in a child process: it joins if its answer arrives within the clock")
     affordable = [name for name in names if cost.get(name, 0.0) * n_nodes <= t.portfolio_share * ctx.time_limit]
     too_slow = [name for name in names if name not in affordable] + ([] if affordable_policy or not policy or "rl" in names else ["rl"])
     if too_slow:
