@@ -33,13 +33,17 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The quick profile of every shipped experiment (data/experiments), each with its report
-# (tables, plots) under out/experiments/NAME-quick/report; at most 10 minutes on 2 cores.
+# The quick profile of every shipped experiment (data/experiments), each with its report (tables,
+# plots) under out/experiments/NAME-quick/report and its results page published to
+# docs/results/NAME.md (figures in docs/results/NAME/, the index docs/results/README.md): about
+# 5 minutes on 2 quiet cores, 19 at load 4-9. A rerun reuses the rows whose key still holds
+# (rm -r out/experiments for a clean run).
 EXPERIMENTS := inc_ilp respect icml24 doppler hsdag fidelity training
+RESULTS ?= docs/results
 experiments: $(STAMP)
 	@for e in $(EXPERIMENTS); do \
 		$(VENV)/bin/incsched experiment run $$e --profile quick -o out/experiments/$$e-quick && \
-		$(VENV)/bin/incsched experiment report out/experiments/$$e-quick || exit 1; \
+		$(PY) -m incsched.experiment.report out/experiments/$$e-quick --publish $(RESULTS) || exit 1; \
 	done
 
 # Re-capture every shipped graph in data/graphs from the real models (random weights, offline).

@@ -427,3 +427,69 @@ def test_stage_policy_trains_in_an_experiment(tmp_path):
     policy, meta = load_stage_policy(out / res["checkpoint"])
     assert meta["train_config"]["seed"] == 3 and meta["train_config"]["n_graphs"] == 5
     assert "val_ratio_to_label" in write_report(out, plots=False)[0].read_text()
+
+
+# ---------------------------------------------------------------------------- results pages (publish)
+
+
+def test_publish_writes_a_page_with_its_command_machine_and_versions(tiny_run, tmp_path):
+    from incsched.experiment.report import INDEX, main
+
+    _, out, _ = tiny_run
+    dest = tmp_path / "results"
+    (dest / "tiny").mkdir(parents=True)
+    (dest / "tiny" / "stale.png").write_bytes(b"old")  # a figure an earlier run drew and this one does not
+    assert main([str(out), "--no-plots", "--publish", str(dest)]) == 0
+    page = (dest / "tiny.md").read_text()
+    assert page.startswith("<!-- incsched results page {") and "\n# tiny (profile" not in page
+    assert "## Reproduce" in page and "incsched experiment run tiny.toml -o out/experiments/tiny" in page
+    assert f"--publish {dest}" in page and "Run as `incsched experiment run" in page
+    machine = page.split("## Machine and versions", 1)[1]
+    for needle in ("- CPU: ", " cores", "load (1-minute average) while rows were written: ", "- build", "git ", "| Python |", "| OR-Tools |",
+                   "| numpy |"):
+        assert needle in machine, needle
+    assert "commit none" not in page
+    assert not (dest / "tiny").exists()  # no figures this time: the old one and its folder are gone
+    index = (dest / INDEX).read_text()
+    assert "| [tiny](tiny.md) |" in index and "proven optimal" in index
+
+
+def test_publish_keeps_other_pages_in_the_index(tiny_run, tmp_path):
+    from incsched.experiment.report import INDEX, publish
+
+    _, out, _ = tiny_run
+    dest = tmp_path / "results"
+    dest.mkdir()
+    (dest / "notes.md").write_text("# not a results page\n")  # written by hand: not listed, not touched
+    publish(out, dest, figures=[])
+    text = (dest / "tiny.md").read_text().replace('"name": "tiny"', '"name": "other"')
+    (dest / "other.md").write_text(text)
+    publish(out, dest, figures=[])
+    index = (dest / INDEX).read_text()
+    assert "[other](other.md)" in index and "[tiny](tiny.md)" in index and "notes.md" not in index
+    assert (dest / "notes.md").read_text() == "# not a results page\n"
+
+
+def test_claims_say_so_when_the_run_has_no_such_instance():
+    from incsched.experiment.report import CLAIMS
+
+    assert set(CLAIMS) == {"inc_ilp", "respect", "icml24", "doppler", "hsdag"}
+    for name, claim in CLAIMS.items():
+        rows = claim.figures([], [], [])
+        assert rows and all(len(r) == 4 and all(isinstance(x, str) and x for x in r) for r in rows), name
+        assert "arXiv:" in claim.citation
+        assert any(q in rows[0][1] for q in ('"', "11,343,865")), name  # the paper's own words, quoted
+
+
+def test_build_identity_names_a_checkout_or_an_installed_build():
+    from incsched.experiment import provenance
+
+    build = provenance.build_identity()
+    assert build["version"] and len(build["files_sha256"]) == 64 and build["files"] > 50
+    if provenance.git_commit()[0]:
+        assert build["install"] == "checkout" and build["label"].startswith(f"git {build['git_commit'][:12]}")
+    wheel = {**build, "git_commit": None, "git_dirty": None, "diff_sha256": None, "install": "wheel", "distribution": "0.1.0"}
+    label = provenance.build_label({"build": wheel})
+    assert label == f"incsched 0.1.0 (wheel, no git checkout): package files sha256 {build['files_sha256'][:16]}"
+    # rows written before builds were recorded say so rather than "commit none"
+    assert "not recorded" in provenance.build_label({"incsched": "0.1.0", "git_commit": None})
