@@ -493,3 +493,38 @@ def test_build_identity_names_a_checkout_or_an_installed_build():
     assert label == f"incsched 0.1.0 (wheel, no git checkout): package files sha256 {build['files_sha256'][:16]}"
     # rows written before builds were recorded say so rather than "commit none"
     assert "not recorded" in provenance.build_label({"incsched": "0.1.0", "git_commit": None})
+
+
+@pytest.mark.slow  # builds and unpacks a wheel: 30-60 s
+def test_an_installed_wheel_names_its_build_without_a_checkout(tmp_path):
+    import os
+    import shutil
+
+    from incsched import __version__ as version
+
+    root = Path(__file__).resolve().parent.parent
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    for folder in ("incsched", "solvers", "data"):
+        shutil.copytree(root / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+                   check=True, cwd=tmp_path, timeout=300)
+    site = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(next((tmp_path / "dist").glob("incsched-*.whl")))],
+                   check=True, timeout=300)
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1])\n"
+            "import incsched\n"
+            "from incsched.experiment.provenance import environment\n"
+            "env = environment()\n"
+            "print(json.dumps({'package': incsched.__file__, 'commit': env['git_commit'], 'build': env['build']}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    run = subprocess.run([sys.executable, "-s", "-c", code, str(site)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert Path(out["package"]).is_relative_to(site) and out["commit"] is None
+    build = out["build"]
+    assert build["install"] == "wheel" and build["distribution"] == version and len(build["files_sha256"]) == 64
+    assert build["label"] == f"incsched {version} (wheel, no git checkout): package files sha256 {build['files_sha256'][:16]}"
