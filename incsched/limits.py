@@ -36,6 +36,10 @@ class InputLimits:
         Bytes of a placement problem's transfer table, edges x devices x devices int64 ticks
         (``INCSCHED_MAX_TRANSFER_TABLE_BYTES``, default 1 GiB: 2,048 edges on 256 devices, 32,768
         on 64). Building it takes about twice that at its peak, and solvers read copies of it.
+    max_experiment_cells : int
+        Cells of an experiment's grid, graphs x problem instances x methods x seeds x repeats
+        plus executions and trainings (``INCSCHED_MAX_EXPERIMENT_CELLS``, default 100,000: each
+        cell is kept in memory, a few kilobytes, and runs for seconds or more).
     """
 
     max_file_bytes: int = 256 << 20
@@ -43,6 +47,7 @@ class InputLimits:
     max_edges: int = 20_000_000
     max_json_depth: int = 100
     max_transfer_table_bytes: int = 1 << 30
+    max_experiment_cells: int = 100_000
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

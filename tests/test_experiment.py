@@ -528,3 +528,165 @@ def test_an_installed_wheel_names_its_build_without_a_checkout(tmp_path):
     build = out["build"]
     assert build["install"] == "wheel" and build["distribution"] == version and len(build["files_sha256"]) == 64
     assert build["label"] == f"incsched {version} (wheel, no git checkout): package files sha256 {build['files_sha256'][:16]}"
+
+
+# ---------------------------------------------------------------------------- bounded before expanding, rows that are not rows (issue 24)
+
+
+SMALL = """
+name = "small"
+seeds = [0]
+repeats = 1
+
+[[graphs]]
+generator = "respect_like"
+args = {{ n_nodes = {n_nodes} }}
+seeds = [1]
+
+[[problems]]
+kind = "stage"
+stages = [2]
+
+[[methods]]
+name = "contiguous_params"
+time_limit = 5
+"""
+
+
+@pytest.mark.parametrize("n_nodes, message", [
+    ("1000000000000", "graphs[0].args: respect_like(n_nodes=1000000000000) makes 1,000,000,000,000 nodes, more than the limit of "
+                      "2,000,000 (set INCSCHED_MAX_NODES to raise it)"),
+    ('"many"', "graphs[0].args.n_nodes: must be a whole number, got 'many'"),
+    ("5000000", "graphs[0].args: respect_like(n_nodes=5000000) makes 5,000,000 nodes, more than the limit of 2,000,000"),
+    ("0", "graphs[0].args.n_nodes: must be at least 1, got 0"),
+    ("2.5", "graphs[0].args.n_nodes: must be a whole number, got 2.5"),
+])
+def test_generator_arguments_are_checked_when_the_config_loads(tmp_path, n_nodes, message):
+    # n_nodes = 10**12 was a 42.6 TiB _ArrayMemoryError, "many" a TypeError, 5,000,000 nodes 2.6 GB and running at 60 s
+    import time
+
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(SMALL.format(n_nodes=n_nodes))
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        load_experiment(cfg)
+    assert time.perf_counter() - start < 5 and "\n" not in str(err.value)
+    assert str(err.value).startswith("small.toml: ") and message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("repeats = 1", f"repeats = {2**63 - 1}"),
+     "small.toml: repeats: the grid has 9,223,372,036,854,775,807 cells (1 graphs x 1 problem instances and methods x 1 seeds x "
+     "9,223,372,036,854,775,807 repeats), more than the limit of 100,000 (set INCSCHED_MAX_EXPERIMENT_CELLS to raise it)"),
+    (lambda t: t.replace("seeds = [0]", f"seeds = {list(range(10))}").replace("repeats = 1", "repeats = 100000")
+               .replace("seeds = [1]", f"seeds = {list(range(10))}").replace("stages = [2]", f"stages = {list(range(2, 17))}"),
+     "small.toml: repeats: the grid has 150,000,000 cells (10 graphs x 15 problem instances and methods x 10 seeds x 100,000 repeats)"),
+    (lambda t: t.replace("seeds = [1]", f"seeds = {list(range(200_001))}"), "small.toml: graphs: the grid has 200,001 cells"),
+])
+def test_the_grid_is_counted_before_it_is_expanded(tmp_path, edit, message):
+    # repeats = 2**63 - 1 reached 4.7 GB of cells after 90 s without running one
+    import resource
+    import time
+
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(edit(SMALL.format(n_nodes=20)))
+    before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        load_experiment(cfg)
+    assert time.perf_counter() - start < 10 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_cell_limit_is_an_input_limit_and_folders_are_counted_when_listed(tmp_path, monkeypatch):
+    from incsched import save_graph
+    from incsched.experiment.run import plan
+    from incsched.generators import layered_dag
+
+    folder = tmp_path / "graphs"
+    for seed in range(3):
+        save_graph(layered_dag(8, n_layers=3, seed=seed), folder / f"g{seed}.json")
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(SMALL.format(n_nodes=20) + f'\n[[graphs]]\nfolder = "{folder}"\n')
+    monkeypatch.setenv("INCSCHED_MAX_EXPERIMENT_CELLS", "3")
+    exp = load_experiment(cfg)  # one graph generated, the folder counted as one: 2 cells
+    with pytest.raises(ConfigError, match=r"^small.toml: graphs: the grid has 4 cells .*more than the limit of 3 "):
+        plan(exp)  # the folder holds 3: refused at its second file, before expanding it
+    monkeypatch.setenv("INCSCHED_MAX_EXPERIMENT_CELLS", "4")
+    assert len(plan(exp).cells) == 4
+
+
+def test_a_folder_entry_that_is_no_file_is_a_note_of_the_run(tmp_path):
+    from incsched import save_graph
+    from incsched.experiment.run import plan
+    from incsched.generators import layered_dag
+
+    folder = tmp_path / "graphs"
+    save_graph(layered_dag(8, n_layers=3, seed=0), folder / "g.json")
+    (folder / "broken.json").symlink_to(folder / "gone.json")
+    (folder / "dir.json").mkdir()
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(SMALL.format(n_nodes=20).split("[[graphs]]")[0] + f'[[graphs]]\nfolder = "{folder}"\n'
+                   + "[[problems]]" + SMALL.split("[[problems]]")[1])
+    the_plan = plan(load_experiment(cfg))
+    assert len(the_plan.cells) == 1
+    assert the_plan.notes == [f"skipped {folder}/broken.json: a broken symbolic link", f"skipped {folder}/dir.json: a folder, not a graph file"]
+
+
+BAD_ROW_LINES = [b"null", b"[1, 2]", b"5", b'"row"', b'{"no": "key"}', b'{"key": 3}', b'{"key": "k", "result": [1]}',
+                 b'{"key": "k", "cell": 4}', b"\xff\xfe", b"[" * 5000, b"7" * 5000]
+
+
+def test_a_rows_line_that_is_not_a_row_is_left_out_and_kept(tmp_path, caplog):
+    # null and [1, 2] made `experiment run` (resuming) and `experiment report` fail with AttributeError
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(SMALL.format(n_nodes=20))
+    out = tmp_path / "run"
+    run_experiment(load_experiment(cfg), out)
+    rows_file = out / ROWS_FILE
+    good = rows_file.read_bytes()
+    for bad in BAD_ROW_LINES:
+        rows_file.write_bytes(bad + b"\n" + good)
+        caplog.clear()
+        assert len(read_rows(rows_file)) == 1 and "line 1 " in caplog.text, bad[:20]
+        meta, rows, stale = load_run(out)
+        assert len(rows) == 1 and stale == 0
+    rows_file.write_bytes(b"".join(bad + b"\n" for bad in BAD_ROW_LINES) + good)
+    write_report(out)  # the report reads the rows through load_run
+    assert main(["experiment", "report", str(out)]) == 0
+    summary = run_experiment(load_experiment(cfg), out)  # resuming
+    assert summary["reused"] == 1 and summary["solved"] == 0
+    cfg.write_text(SMALL.format(n_nodes=21))  # another graph: a row is appended, and the bad lines stay in the file as they were
+    run_experiment(load_experiment(cfg), out)
+    assert rows_file.read_bytes().startswith(b"".join(bad + b"\n" for bad in BAD_ROW_LINES) + good)
+    assert len(read_rows(rows_file)) == 2
+
+
+@pytest.mark.parametrize("config, message", [
+    ("imitation_epochs = -1", "trainings[0].config.imitation_epochs: must be a whole number in 0 .. 1,000,000, got -1"),
+    ("rl_samples = 0", "trainings[0].config.rl_samples: must be a whole number in 1 .. 1,000,000, got 0"),
+    ("imitation_lr = 0.0", "trainings[0].config.imitation_lr: must be a finite number > 0, got 0.0"),
+    ("imitation_ops = [80, 20]", "trainings[0].config.imitation_ops: must be a range [low, high] of whole numbers"),
+    ("comm_ratios = []", "trainings[0].config.comm_ratios: must be a non-empty list of numbers, got ()"),
+    ("n_devices = 1000", "trainings[0].config.n_devices: must be a whole number in 1 .. 256, got 1000"),
+    ("policy = { hidden = 0 }", "trainings[0].config.policy.hidden: must be a whole number in 1 .. 4,096, got 0"),
+    ("time_budget_s = -5.0", "trainings[0].config.time_budget_s: must be a finite number > 0, got -5.0"),
+])
+def test_training_values_out_of_range_are_refused_at_the_config(tmp_path, config, message):
+    # imitation_epochs = -1 ran (zero epochs, silently)
+    cfg = tmp_path / "train.toml"
+    cfg.write_text(f'name = "t"\n[[trainings]]\npolicy = "placement"\nconfig = {{ {config} }}\n')
+    with pytest.raises(ConfigError, match="^train.toml: " + re.escape(message)):
+        load_experiment(cfg)
+
+
+@pytest.mark.parametrize("config, message", [
+    ("imitation_epochs = -1", "trainings[0].config.imitation_epochs: must be a whole number in 0 .. 1,000,000, got -1"),
+    ("ks = [64]", "trainings[0].config.ks: must hold a K of at most 5 (max(2, min_nodes // 4)) so that graphs of 20 nodes have one"),
+    ("min_nodes = 50, max_nodes = 10", "trainings[0].config.max_nodes: must be a whole number in 50 .. 1,000,000, got 10"),
+    ("rl_samples = 0", "trainings[0].config.rl_samples: must be a whole number in 1"),
+])
+def test_stage_training_values_out_of_range_are_refused_at_the_config(tmp_path, config, message):
+    cfg = tmp_path / "train.toml"
+    cfg.write_text(f'name = "t"\n[[trainings]]\npolicy = "stage"\nconfig = {{ {config} }}\n')
+    with pytest.raises(ConfigError, match="^train.toml: " + re.escape(message)):
+        load_experiment(cfg)

@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LimitError
 from ..data import DATA_DIR
 from ..jsonio import json_bytes
+from ..limits import ENV_VARS, input_limits
 
 __all__ = [
     "ConfigError",
@@ -32,6 +33,8 @@ __all__ = [
     "load_experiment",
     "shipped_experiments",
     "method_kinds",
+    "solve_cells_per_graph",
+    "check_grid_size",
     "GENERATORS",
 ]
 
@@ -182,7 +185,10 @@ def load_experiment(name_or_path: str | Path, profile: str | None = None) -> Exp
     Raises
     ------
     ConfigError
-        Unknown config or profile, a TOML syntax error, or a bad value; one line naming the key.
+        Unknown config or profile, a TOML syntax error, a bad value (generator arguments included,
+        checked by the generator's own rules and the input limits), or a grid of more cells than
+        ``INCSCHED_MAX_EXPERIMENT_CELLS`` allows, counted before it is expanded; one line naming
+        the key.
     """
     path = Path(name_or_path)
     shipped = not path.suffix and not path.exists() and "/" not in str(name_or_path)
@@ -249,9 +255,62 @@ def _experiment(raw: dict, src: str, profile: str | None, overridden: set[str], 
     _known(report, {"reference"}, at("report"), src)
     if "reference" in report and report["reference"] not in labels:
         raise ConfigError(f"{src}: {at('report')}.reference: {report['reference']!r} is not a method label ({', '.join(labels)})")
-    return Experiment(name=name, description=_get(raw, "description", str, top("description"), src, default=""), source=src, profile=profile,
-                      seeds=seeds, repeats=repeats, graphs=graphs, problems=problems, methods=methods,
-                      executions=executions, report=report, base_dir=base_dir, trainings=trainings)
+    exp = Experiment(name=name, description=_get(raw, "description", str, top("description"), src, default=""), source=src, profile=profile,
+                     seeds=seeds, repeats=repeats, graphs=graphs, problems=problems, methods=methods,
+                     executions=executions, report=report, base_dir=base_dir, trainings=trainings)
+    check_grid_size(exp, keys={"repeats": at("repeats"), "seeds": at("seeds"), "graphs": at("graphs"), "problems": at("problems")})
+    return exp
+
+
+def solve_cells_per_graph(exp: Experiment) -> int:
+    """Solve cells one graph makes: its problem instances x the methods solving each x seeds x repeats."""
+    per = 0
+    for p in exp.problems:
+        instances = len(p.stages) if p.kind == "stage" else len(p.devices)
+        per += instances * sum(1 for m in exp.methods if p.kind in method_kinds(m.name))
+    return per * len(exp.seeds) * exp.repeats
+
+
+def check_grid_size(exp: Experiment, *, folder_graphs: int = 1, extra_graphs: int = 0, keys: dict[str, str] | None = None) -> int:
+    """Count the cells ``exp`` expands into, without expanding it, and refuse more than the
+    ``max_experiment_cells`` input limit (``INCSCHED_MAX_EXPERIMENT_CELLS``).
+
+    Graphs from a folder are counted as ``folder_graphs`` per folder (their files are listed only
+    when the experiment runs, where `incsched.experiment.run.plan` counts again with
+    ``extra_graphs``, the graphs it found beyond those).
+
+    Returns
+    -------
+    int
+        The number of cells.
+
+    Raises
+    ------
+    ConfigError
+        Naming the largest factor's key (``repeats``, ``seeds``, ``graphs``, ``problems``), the
+        product and the limit.
+    """
+    keys = {"repeats": "repeats", "seeds": "seeds", "graphs": "graphs", "problems": "problems", **(keys or {})}
+    n_graphs = extra_graphs + sum(len(g.names) if g.source == "shipped" else len(g.seeds) if g.source == "generated" else folder_graphs
+                                  for g in exp.graphs)
+    runs = len(exp.seeds) * exp.repeats
+    solve = n_graphs * solve_cells_per_graph(exp)
+    executions = runs * sum(len(e.methods) + (len(e.devices) if e.single_device and not isinstance(e.devices, str) else 2 * e.single_device)
+                            for e in exp.executions)
+    trainings = runs * sum(len(t.kernels) for t in exp.trainings)
+    total = solve + executions + trainings
+    limit = input_limits().max_experiment_cells
+    if total > limit:
+        per_graph = solve_cells_per_graph(exp) // max(runs, 1)
+        factors = {"repeats": exp.repeats, "seeds": len(exp.seeds), "graphs": n_graphs, "problems": per_graph}
+        key = max(factors, key=lambda k: factors[k])
+        shown = (f"{n_graphs:,} graphs x {per_graph:,} problem instances and methods x {len(exp.seeds):,} seeds x {exp.repeats:,} repeats"
+                 + (f", plus {executions + trainings:,} execution and training cells" if executions + trainings else ""))
+        raise ConfigError(
+            f"{exp.source}: {keys[key]}: the grid has {total:,} cells ({shown}), more than the limit of {limit:,} "
+            f"(set {ENV_VARS['max_experiment_cells']} to raise it)"
+        )
+    return total
 
 
 def _graph(t: dict, where: str, src: str) -> GraphSpec:
@@ -284,7 +343,16 @@ def _graph(t: dict, where: str, src: str) -> GraphSpec:
             if k not in params or k == "seed":
                 raise ConfigError(f"{src}: {where}.args.{k}: {gen} takes no argument {k!r}"
                                   + (" (use seeds)" if k == "seed" else f" (takes: {', '.join(p for p in params if p != 'seed')})"))
-        return GraphSpec("generated", generator=gen, args=dict(args), seeds=tuple(_ints(t.get("seeds", [0]), f"{where}.seeds", src, low=0)))
+        try:  # the generator's own checks and the input limits, before anything is generated
+            generators.check_arguments(gen, args)
+        except LimitError as exc:
+            raise ConfigError(f"{src}: {where}.args: {exc}") from None
+        except ValueError as exc:  # "n_nodes must be ...": named as the key it is about
+            first, _, rest = str(exc).partition(" ")
+            key = first.rstrip(":")
+            raise ConfigError(f"{src}: {where}.args.{key}: {rest}" if key in args else f"{src}: {where}.args: {exc}") from None
+        return GraphSpec("generated", generator=gen, args=dict(args),
+                         seeds=tuple(_ints(t.get("seeds", [0]), f"{where}.seeds", src, low=0, high=2**63 - 1)))
     _known(t, {"folder", "pattern", "optional"}, where, src)
     return GraphSpec("folder", folder=_get(t, "folder", str, where, src, required=True), pattern=_get(t, "pattern", str, where, src, default="*"),
                      optional=_get(t, "optional", bool, where, src, default=False))
@@ -391,10 +459,13 @@ def _training(t: dict, where: str, src: str) -> TrainingSpec:
         kind = _value_kind(defaults[k])
         if kind and _value_kind(config[k]) not in (kind, "whole number" if kind == "number" else None):
             raise ConfigError(f"{src}: {where}.config.{k}: must be a {kind}, got {config[k]!r}")
-    try:
+    try:  # the config's own check of every field (incsched.train.fields)
         build({**defaults, **config})
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{src}: {where}.config: {' '.join(str(exc).split())}") from None
+        text = " ".join(str(exc).split())
+        first, _, rest = text.partition(" ")
+        named = first.split(".")[0] in config  # "imitation_epochs must be ...", "policy.hidden must be ..."
+        raise ConfigError(f"{src}: {where}.config.{first}: {rest}" if named else f"{src}: {where}.config: {text}") from None
     from ..train.kernels import KERNEL_SETTINGS
 
     kernels = _strings(t.get("kernels", ["native"]), f"{where}.kernels", src)

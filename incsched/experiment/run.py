@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..batch import ENGINES, ProblemRecipe, SolveTask, batch_key, graph_files, solve_many
+from ..batch import ENGINES, ProblemRecipe, SolveTask, batch_key, graph_files, not_a_file, solve_many
 from ..errors import IncschedError
 from ..jsonio import atomic_write_bytes, json_bytes, read_json, write_json
 from .cells import Cell, cell_key
-from .config import Experiment, GraphSpec, ProblemSpec, method_kinds
+from .config import Experiment, GraphSpec, ProblemSpec, check_grid_size, method_kinds
 from .provenance import environment, load_average, utc_now
 
-__all__ = ["plan", "run_experiment", "read_rows", "RowLog", "ROWS_FILE", "EXPERIMENT_FILE"]
+__all__ = ["plan", "run_experiment", "read_rows", "row_problem", "RowLog", "ROWS_FILE", "EXPERIMENT_FILE"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,11 @@ def _graphs(spec: GraphSpec, base_dir: Path, notes: list[str]) -> Iterator[tuple
         if not files:
             notes.append(f"no graph file in {spec.folder} matches {spec.pattern!r}")
         for f in files:
+            why = not_a_file(f)
+            if why is not None:  # named in the run's notes (experiment.json, the report), never left out silently
+                notes.append(f"skipped {spec.folder}/{f.name}: {why}")
+                log.warning("%s: %s; skipped", f, why)
+                continue
             yield f"{spec.folder}/{f.name}", load_graph(f)
 
 
@@ -95,14 +100,25 @@ def _recipes(spec: ProblemSpec, graph) -> Iterator[tuple[str, ProblemRecipe]]:
 
 
 def plan(exp: Experiment) -> Plan:
-    """Every solve cell of ``exp``, keyed; graphs are loaded (or generated) here, in the driver."""
+    """Every solve cell of ``exp``, keyed; graphs are loaded (or generated) here, in the driver.
+
+    Raises
+    ------
+    ConfigError
+        If the files of its folders make the grid larger than ``INCSCHED_MAX_EXPERIMENT_CELLS``
+        (`check_grid_size`; the rest of the grid was counted when the config was loaded).
+    """
     from ..formats import graph_to_dict
 
     notes: list[str] = []
     cells: list[Cell] = []
     seen: set[str] = set()
+    folder_graphs = 0
     for spec in exp.graphs:
         for source, graph in _graphs(spec, Path(exp.base_dir), notes):
+            if spec.source == "folder":  # the config counted none of a folder's files: count them now, before expanding
+                folder_graphs += 1
+                check_grid_size(exp, folder_graphs=0, extra_graphs=folder_graphs)
             data = json_bytes(graph_to_dict(graph))
             digest = graph.structure_digest()
             for problem in exp.problems:
@@ -137,15 +153,18 @@ def _file_stem(name: str) -> str:
 
 class RowLog:
     """``rows.jsonl``: one JSON object per line. Every append rewrites the file through a temporary
-    file and a rename, so a reader or a killed run never sees half a row."""
+    file and a rename, so a reader or a killed run never sees half a row. A line that is not a row
+    (`row_problem`) is kept in the file as it was, and left out of ``rows``."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.rows: list[dict] = read_rows(self.path) if self.path.exists() else []
+        self._lines: list[dict | bytes] = _read_lines(self.path) if self.path.exists() else []
+        self.rows: list[dict] = [x for x in self._lines if isinstance(x, dict)]
 
     def append(self, row: dict) -> None:
         self.rows.append(row)
-        atomic_write_bytes(self.path, b"".join(json_bytes(r) + b"\n" for r in self.rows))
+        self._lines.append(row)
+        atomic_write_bytes(self.path, b"".join((json_bytes(x) if isinstance(x, dict) else x) + b"\n" for x in self._lines))
 
     def done(self) -> dict[str, dict]:
         """Rows that count as done, by key: solved without error and not ``unknown``."""
@@ -157,17 +176,51 @@ class RowLog:
         return out
 
 
-def read_rows(path: str | Path) -> list[dict]:
-    """The rows of a ``rows.jsonl`` file; a line that does not parse is skipped with a warning."""
-    rows = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+def row_problem(row) -> str | None:
+    """Why a parsed ``rows.jsonl`` line is not a row the run and the report can read; None if it is.
+
+    A row is a JSON object with a string ``key``, a ``result`` that is null or an object, and a
+    ``cell`` (when present) that is an object naming its ``graph``, ``instance`` and ``method``.
+    """
+    if not isinstance(row, dict):
+        return f"is {json.dumps(row)[:40]}, not a JSON object"
+    if not isinstance(row.get("key"), str):
+        return "has no string 'key'"
+    if row.get("result") is not None and not isinstance(row["result"], dict):
+        return "has a 'result' that is not an object"
+    cell = row.get("cell")
+    if cell is not None and not (isinstance(cell, dict) and all(k in cell for k in ("graph", "instance", "method"))):
+        return "has a 'cell' that is not an object with graph, instance and method"
+    return None
+
+
+def _read_lines(path: Path) -> list[dict | bytes]:
+    """Each non-blank line of ``path``: its row, or its bytes (with a warning) when it is not one."""
+    out: list[dict | bytes] = []
+    for i, line in enumerate(Path(path).read_bytes().splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            log.warning("%s: line %d is not a JSON row; skipped", path, i)
-    return rows
+            row = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, a 5,000-digit number, nested too deep
+            why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON" if isinstance(exc, ValueError) else "JSON nested too deeply"
+            log.warning("%s: line %d is %s; left out (kept in the file)", path, i, why)
+            out.append(line)
+            continue
+        problem = row_problem(row)
+        if problem:
+            log.warning("%s: line %d %s; left out (kept in the file)", path, i, problem)
+            out.append(line)
+        else:
+            out.append(row)
+    return out
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """The rows of a ``rows.jsonl`` file. A line that is not JSON, or not a row (`row_problem`:
+    ``null``, ``[1, 2]``, an object without a string ``key`` ...), is left out with a warning that
+    names its line."""
+    return [x for x in _read_lines(Path(path)) if isinstance(x, dict)]
 
 
 # ---------------------------------------------------------------------------- the run

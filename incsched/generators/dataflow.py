@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 
 import numpy as np
 
 from ..errors import GraphError
 from ..graph import CompGraph
+from .arguments import MAX_DIMENSION, check_size, names, real, whole
 
 __all__ = ["chained_matmul", "ffnn", "transformer_block", "bandwidth_for_comm_ratio"]
 
@@ -61,8 +63,6 @@ class _Builder:
 
 
 def _with_times(g: CompGraph, kinds: Sequence[str], jitter: float, seed: int) -> CompGraph:
-    if jitter < 0:
-        raise ValueError(f"jitter must be non-negative, got {jitter}")
     rng = np.random.default_rng(seed)
     times = {}
     for kind in kinds:
@@ -75,8 +75,51 @@ def _with_times(g: CompGraph, kinds: Sequence[str], jitter: float, seed: int) ->
 
 def _check_positive(**values: int) -> None:
     for key, v in values.items():
-        if int(v) != v or v < 1:
-            raise ValueError(f"{key} must be a positive integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, Integral) or not 1 <= v <= MAX_DIMENSION:
+            raise ValueError(f"{key} must be a positive integer (at most 2**62), got {v!r:.80}")
+
+
+def _check_common(kinds, jitter, seed) -> None:
+    """The arguments every dataflow generator takes: device kinds, noise, seed."""
+    names("kinds", kinds)
+    real("jitter", jitter, 0.0)
+    whole("seed", seed, low=0, high=2**128)
+
+
+def _chained_matmul_size(n_matrices, size, tiles, dtype_bytes, kinds, jitter, seed) -> tuple[int, int]:
+    _check_positive(n_matrices=n_matrices, size=size, tiles=tiles, dtype_bytes=dtype_bytes)
+    _check_common(kinds, jitter, seed)
+    if n_matrices < 2:
+        raise ValueError(f"a chain needs at least 2 matrices, got {n_matrices}")
+    if tiles > size:
+        raise ValueError(f"tiles ({tiles}) cannot exceed size ({size})")
+    t = tiles
+    sums = t * t if t > 1 else 0  # a reduction per output tile, when the inner dimension is split
+    return n_matrices * t * t + (n_matrices - 1) * (t**3 + sums), (n_matrices - 1) * (2 * t**3 + sums * t)
+
+
+def _ffnn_size(n_layers, batch, hidden, tiles, dtype_bytes, kinds, jitter, seed) -> tuple[int, int]:
+    _check_positive(n_layers=n_layers, batch=batch, hidden=hidden, tiles=tiles, dtype_bytes=dtype_bytes)
+    _check_common(kinds, jitter, seed)
+    if tiles > hidden:
+        raise ValueError(f"tiles ({tiles}) cannot exceed hidden ({hidden})")
+    t = tiles
+    sums = t if t > 1 else 0
+    return t + n_layers * (t * t + sums + t), n_layers * (t * t + sums * t + t)
+
+
+def _transformer_block_size(n_blocks, batch, seq, hidden, heads, ffn_hidden, ffn_tiles, dtype_bytes, kinds, jitter,
+                            seed) -> tuple[int, int]:
+    ffn_tiles = heads if ffn_tiles is None else ffn_tiles
+    _check_positive(n_blocks=n_blocks, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn_tiles=ffn_tiles,
+                    dtype_bytes=dtype_bytes, **({} if ffn_hidden is None else {"ffn_hidden": ffn_hidden}))
+    _check_common(kinds, jitter, seed)
+    if hidden % heads:
+        raise ValueError(f"hidden {hidden} is not divisible by heads {heads}")
+    h, t = heads, ffn_tiles
+    nodes = 1 + n_blocks * (7 * h + 5 * t + 6 - (h == 1) - (t == 1))
+    edges = n_blocks * (9 * h + (h if h > 1 else 0) + 6 * t + (t if t > 1 else 0) + 6)
+    return nodes, edges
 
 
 def _split(n: int, parts: int) -> list[int]:
@@ -161,13 +204,12 @@ def chained_matmul(
     Raises
     ------
     ValueError
-        On a non-positive argument, fewer than two matrices, or more tiles than rows.
+        On a non-positive or non-integer argument, fewer than two matrices, or more tiles than rows.
+    LimitError
+        More ops or edges than ``INCSCHED_MAX_NODES`` / ``INCSCHED_MAX_EDGES`` allow.
     """
-    _check_positive(n_matrices=n_matrices, size=size, tiles=tiles, dtype_bytes=dtype_bytes)
-    if n_matrices < 2:
-        raise ValueError(f"a chain needs at least 2 matrices, got {n_matrices}")
-    if tiles > size:
-        raise ValueError(f"tiles ({tiles}) cannot exceed size ({size})")
+    check_size(f"chained_matmul(n_matrices={n_matrices}, tiles={tiles})",
+               *_chained_matmul_size(n_matrices, size, tiles, dtype_bytes, kinds, jitter, seed))
     b = _Builder()
     extent = _split(size, tiles)
 
@@ -227,11 +269,11 @@ def ffnn(
     Raises
     ------
     ValueError
-        On a non-positive argument or more tiles than ``hidden``.
+        On a non-positive or non-integer argument or more tiles than ``hidden``.
+    LimitError
+        More ops or edges than ``INCSCHED_MAX_NODES`` / ``INCSCHED_MAX_EDGES`` allow.
     """
-    _check_positive(n_layers=n_layers, batch=batch, hidden=hidden, tiles=tiles, dtype_bytes=dtype_bytes)
-    if tiles > hidden:
-        raise ValueError(f"tiles ({tiles}) cannot exceed hidden ({hidden})")
+    check_size(f"ffnn(n_layers={n_layers}, tiles={tiles})", *_ffnn_size(n_layers, batch, hidden, tiles, dtype_bytes, kinds, jitter, seed))
     b = _Builder()
     extent = _split(hidden, tiles)
     x = [[b.add(f"x[{j}]", "input", [], flops=0, out=batch * hj * dtype_bytes) for j, hj in enumerate(extent)]]
@@ -296,14 +338,13 @@ def transformer_block(
     Raises
     ------
     ValueError
-        On a non-positive argument or ``hidden`` not divisible by ``heads``.
+        On a non-positive or non-integer argument or ``hidden`` not divisible by ``heads``.
+    LimitError
+        More ops or edges than ``INCSCHED_MAX_NODES`` / ``INCSCHED_MAX_EDGES`` allow.
     """
+    check_size(f"transformer_block(n_blocks={n_blocks}, heads={heads}, ffn_tiles={ffn_tiles})",
+               *_transformer_block_size(n_blocks, batch, seq, hidden, heads, ffn_hidden, ffn_tiles, dtype_bytes, kinds, jitter, seed))
     ffn_tiles = heads if ffn_tiles is None else ffn_tiles
-    _check_positive(
-        n_blocks=n_blocks, batch=batch, seq=seq, hidden=hidden, heads=heads, ffn_tiles=ffn_tiles, dtype_bytes=dtype_bytes
-    )
-    if hidden % heads:
-        raise ValueError(f"hidden {hidden} is not divisible by heads {heads}")
     if ffn_hidden is None:
         ffn_hidden = -(-(8 * hidden // 3) // 256) * 256
     ffn_hidden = -(-ffn_hidden // ffn_tiles) * ffn_tiles

@@ -14,6 +14,7 @@ from typing import Union
 import numpy as np
 
 from ..graph import CompGraph
+from .arguments import check_size, real, whole
 
 __all__ = ["layered_dag", "respect_like", "icml24_like", "draw_costs", "CostSpec"]
 
@@ -75,7 +76,10 @@ def layered_dag(
     Raises
     ------
     ValueError
-        On an inconsistent or out-of-range argument.
+        On an inconsistent or out-of-range argument, or one of the wrong type.
+    LimitError
+        More nodes than ``INCSCHED_MAX_NODES``, or more edges (with ``edge_prob``: candidate pairs,
+        one random number each) than ``INCSCHED_MAX_EDGES`` allows.
 
     Examples
     --------
@@ -83,30 +87,10 @@ def layered_dag(
     >>> g.n_nodes, g.depth
     (50, 10)
     """
-    if n_nodes < 1:
-        raise ValueError(f"n_nodes must be at least 1, got {n_nodes}")
-    if n_layers is not None and width is not None:
-        raise ValueError("give n_layers or width, not both")
-    if edge_prob is not None and mean_in_degree is not None:
-        raise ValueError("give edge_prob or mean_in_degree, not both")
-    if width is not None:
-        if width < 1:
-            raise ValueError(f"width must be at least 1, got {width}")
-        n_layers = math.ceil(n_nodes / width)
-    elif n_layers is None:
-        n_layers = max(1, round(math.sqrt(n_nodes)))
-    if not 1 <= n_layers <= n_nodes:
-        raise ValueError(f"n_layers must be in 1..n_nodes ({n_nodes}), got {n_layers}")
-    if edge_prob is not None and not 0.0 <= edge_prob <= 1.0:
-        raise ValueError(f"edge_prob must be in [0, 1], got {edge_prob}")
-    if edge_prob is None and mean_in_degree is None:
-        mean_in_degree = 2.0
-    if mean_in_degree is not None and mean_in_degree < 1.0:
-        raise ValueError(f"mean_in_degree must be at least 1, got {mean_in_degree}")
-    if not 0.0 <= skip_prob <= 1.0:
-        raise ValueError(f"skip_prob must be in [0, 1], got {skip_prob}")
-    if not ops:
-        raise ValueError("ops must name at least one op kind")
+    n_layers, mean_in_degree = _layered_dag_plan(n_nodes, n_layers, width, edge_prob, mean_in_degree, skip_prob, ops, seed, name)
+    check_size(f"layered_dag(n_nodes={n_nodes}{'' if edge_prob is None else f', edge_prob={edge_prob}'})", n_nodes,
+               _layered_dag_edges(n_nodes, n_layers, edge_prob, mean_in_degree),
+               edges_word="edges" if edge_prob is None else "candidate edges")
 
     rng = np.random.default_rng(seed)
     # Layer sizes as equal as possible; larger layers first, like the wide early layers of a DNN.
@@ -149,6 +133,97 @@ def layered_dag(
             "seed": seed,
         },
     )
+
+
+def _layered_dag_plan(n_nodes, n_layers, width, edge_prob, mean_in_degree, skip_prob, ops, seed, name) -> tuple[int, float | None]:
+    """`layered_dag`'s arguments checked; its layer count and mean in-degree as it will use them."""
+    whole("n_nodes", n_nodes, low=1)
+    if n_layers is not None and width is not None:
+        raise ValueError("give n_layers or width, not both")
+    if edge_prob is not None and mean_in_degree is not None:
+        raise ValueError("give edge_prob or mean_in_degree, not both")
+    if width is not None:
+        whole("width", width, low=1)
+        n_layers = math.ceil(n_nodes / width)
+    elif n_layers is None:
+        n_layers = max(1, round(math.sqrt(n_nodes)))
+    else:
+        whole("n_layers", n_layers)
+    if not 1 <= n_layers <= n_nodes:
+        raise ValueError(f"n_layers must be in 1..n_nodes ({n_nodes}), got {n_layers}")
+    if edge_prob is not None:
+        real("edge_prob", edge_prob, -math.inf)
+        if not 0.0 <= edge_prob <= 1.0:
+            raise ValueError(f"edge_prob must be in [0, 1], got {edge_prob}")
+    if edge_prob is None and mean_in_degree is None:
+        mean_in_degree = 2.0
+    if mean_in_degree is not None:
+        real("mean_in_degree", mean_in_degree, -math.inf)
+        if mean_in_degree < 1.0:
+            raise ValueError(f"mean_in_degree must be at least 1, got {mean_in_degree}")
+    real("skip_prob", skip_prob, -math.inf)
+    if not 0.0 <= skip_prob <= 1.0:
+        raise ValueError(f"skip_prob must be in [0, 1], got {skip_prob}")
+    if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence) or not all(isinstance(o, str) for o in ops):
+        raise ValueError(f"ops must be a list of op kinds, got {ops!r:.80}")
+    if not ops:
+        raise ValueError("ops must name at least one op kind")
+    whole("seed", seed, low=0, high=2**128)
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name must be a string, got {name!r:.80}")
+    return n_layers, mean_in_degree
+
+
+def _layered_dag_edges(n_nodes: int, n_layers: int, edge_prob: float | None, mean_in_degree: float | None) -> int:
+    """Edges `layered_dag` draws, about; with ``edge_prob``, the random numbers it draws: one per
+    pair of a node and a node of an earlier layer (its layers sized as it sizes them)."""
+    if edge_prob is None:
+        return min(math.ceil(n_nodes * mean_in_degree), n_nodes * (n_nodes - 1) // 2)
+    q, r = divmod(n_nodes, n_layers)  # r layers of q + 1 nodes first, then layers of q
+    pairs, before = 0, 0
+    for size, count in ((q + 1, r), (q, n_layers - r)):
+        # layers i = 0 .. count-1 of this size start at before + i * size
+        pairs += size * (count * before + size * count * (count - 1) // 2)
+        before += size * count
+    return pairs  # the first layer starts at 0: it adds nothing
+
+
+def _respect_like_size(n_nodes, seed) -> tuple[int, int]:
+    whole("n_nodes", n_nodes, low=1)
+    whole("seed", seed, low=0, high=2**128)
+    return n_nodes, math.ceil(1.3 * n_nodes)  # its layered_dag's mean in-degree, as it checks itself
+
+
+def _icml24_like_size(n_nodes, sparse, seed) -> tuple[int, int]:
+    whole("n_nodes", n_nodes, low=2)
+    if not isinstance(sparse, (bool, np.bool_)):
+        raise ValueError(f"sparse must be true or false, got {sparse!r:.80}")
+    whole("seed", seed, low=0, high=2**128)
+    return n_nodes, math.ceil(_ICML24_EDGES_PER_NODE[bool(sparse)] * n_nodes) + n_nodes
+
+
+def _layered_dag_size(n_nodes, n_layers, width, edge_prob, mean_in_degree, skip_prob, param_bytes, out_bytes, flops, ops,
+                      seed, name) -> tuple[int, int]:
+    n_layers, mean_in_degree = _layered_dag_plan(n_nodes, n_layers, width, edge_prob, mean_in_degree, skip_prob, ops, seed, name)
+    for field_name, spec in (("param_bytes", param_bytes), ("out_bytes", out_bytes), ("flops", flops)):
+        _check_cost_spec(spec, field_name, integral=field_name != "flops")
+    return n_nodes, _layered_dag_edges(n_nodes, n_layers, edge_prob, mean_in_degree)
+
+
+def _check_cost_spec(spec, field: str, integral: bool) -> None:
+    """A `CostSpec` that is a constant or a (low, high) range (a list of two, from a config, too)."""
+    if callable(spec):
+        return
+    values = list(spec) if isinstance(spec, (tuple, list)) else [spec]
+    if isinstance(spec, (tuple, list)) and len(values) != 2:
+        raise ValueError(f"{field}: a range must be (low, high) with low <= high, got {spec!r:.80}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{field}: a cost must be a number or a range of two, got {spec!r:.80}")
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"{field}: costs must be finite and non-negative, got {spec!r:.80}")
+        if integral and v > 2**62:
+            raise ValueError(f"{field}: byte counts are at most 2**62, got {spec!r:.80}")
 
 
 def _edges_by_prob(rng, prev_lo, lo, hi, edge_prob, skip_prob) -> tuple[np.ndarray, np.ndarray]:
@@ -214,6 +289,9 @@ def draw_costs(spec: CostSpec, rng: np.random.Generator, size: int, *, integral:
     ValueError
         If the spec is malformed or yields negative or non-finite values.
     """
+    _check_cost_spec(spec, field, integral)
+    if isinstance(spec, list):  # a range as a config writes it
+        spec = tuple(spec)
     if callable(spec):
         values = np.asarray(spec(rng, size), dtype=np.float64)
         if values.shape != (size,):
@@ -261,8 +339,11 @@ def respect_like(n_nodes: int = 60, seed: int = 0) -> CompGraph:
     Raises
     ------
     ValueError
-        If ``n_nodes`` < 1.
+        If ``n_nodes`` is not a whole number >= 1.
+    LimitError
+        More nodes than ``INCSCHED_MAX_NODES`` allows.
     """
+    check_size(f"respect_like(n_nodes={n_nodes})", *_respect_like_size(n_nodes, seed))
     rng = np.random.default_rng(seed)
     base = layered_dag(
         n_nodes,
@@ -318,10 +399,11 @@ def icml24_like(n_nodes: int = 1000, sparse: bool = False, seed: int = 0) -> Com
     Raises
     ------
     ValueError
-        If ``n_nodes`` < 2.
+        If ``n_nodes`` is not a whole number >= 2.
+    LimitError
+        More nodes or edges than ``INCSCHED_MAX_NODES`` / ``INCSCHED_MAX_EDGES`` allow.
     """
-    if n_nodes < 2:
-        raise ValueError(f"n_nodes must be at least 2, got {n_nodes}")
+    check_size(f"icml24_like(n_nodes={n_nodes})", *_icml24_like_size(n_nodes, sparse, seed))
     rng = np.random.default_rng(seed)
     target = _ICML24_EDGES_PER_NODE[bool(sparse)]
     # Every isolated node is given one edge afterwards, about n * exp(-2c) of them for c sampled

@@ -21,6 +21,7 @@ import torch
 from ..evaluate.simulate import simulate
 from ..policy.placement_policy import PlacementPolicy
 from ..problems import Links, Placement, PlacementProblem
+from . import fields
 from .metrics import epoch_row, log_row
 from .placement import PlacementTrainConfig, reinforce_step
 
@@ -43,11 +44,22 @@ class FinetuneConfig:
     repeats: int = 3  # timed runs per distinct placement, median
 
     def __post_init__(self):
+        for name in ("epochs", "rl_samples", "repeats", "rl_lr", "rl_temperature"):  # types first: "3" < 1 is a TypeError
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number, got {value!r:.80}")
         if self.epochs < 0 or self.rl_samples < 1 or self.repeats < 1:
             raise ValueError(f"fine-tuning needs epochs >= 0, samples >= 1 and repeats >= 1; got epochs={self.epochs}, "
                              f"samples={self.rl_samples}, repeats={self.repeats}")
         if self.rl_lr <= 0 or self.rl_temperature <= 0:
             raise ValueError(f"fine-tuning needs a positive learning rate and temperature; got {self.rl_lr}, {self.rl_temperature}")
+        fields.whole("seed", self.seed, 0, 2**63 - 1)  # the rest through the one field check
+        for name in ("epochs", "rl_samples", "repeats"):
+            fields.whole(name, getattr(self, name), 0)
+        for name in ("rl_lr", "rl_temperature"):
+            fields.real(name, getattr(self, name), 0.0, above=True)
+        for name in ("entropy_weight", "grad_clip"):
+            fields.real(name, getattr(self, name), 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

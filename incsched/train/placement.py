@@ -31,6 +31,7 @@ from ..policy.placement_policy import (
     placement_inputs,
     save_placement_policy,
 )
+from . import fields
 from .kernels import KERNEL_SETTINGS, adam, apply_in_process, current_kernels, run_in_child
 from .metrics import epoch_row, log_row
 
@@ -80,6 +81,30 @@ class PlacementTrainConfig:
     # wall-clock stop makes the weights depend on the machine's load, so no reference run uses one.
     time_budget_s: float | None = None
 
+    def __post_init__(self):
+        """Every field's type and range (`incsched.train.fields`): counts whole and in range,
+        epochs and clipping possibly 0, rates, temperatures and ratios positive."""
+        from ..problems.placement import MAX_DEVICES
+
+        fields.whole("seed", self.seed, 0, 2**63 - 1)
+        fields.whole("n_devices", self.n_devices, 1, MAX_DEVICES)
+        fields.reals("comm_ratios", self.comm_ratios, 0.0, above=True)
+        if not isinstance(self.policy, PolicyConfig):
+            raise ValueError(f"policy must be a PolicyConfig, got {type(self.policy).__name__}")
+        for name in ("hidden", "n_layers", "head_hidden"):
+            fields.whole(f"policy.{name}", getattr(self.policy, name), 1, 4096)
+        for name in ("imitation_graphs", "imitation_epochs", "rl_epochs"):
+            fields.whole(name, getattr(self, name), 0)
+        for name in ("rl_graphs_per_epoch", "rl_samples", "validation_graphs"):
+            fields.whole(name, getattr(self, name), 1)
+        fields.whole_range("imitation_ops", self.imitation_ops, 1)
+        fields.whole_range("rl_ops", self.rl_ops, 1)
+        for name in ("imitation_lr", "rl_lr", "rl_temperature"):
+            fields.real(name, getattr(self, name), 0.0, above=True)
+        for name in ("label_time_limit", "entropy_weight", "grad_clip"):
+            fields.real(name, getattr(self, name), 0.0)
+        fields.real("time_budget_s", self.time_budget_s, 0.0, above=True, optional=True)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["policy"] = self.policy.to_dict()
@@ -87,8 +112,20 @@ class PlacementTrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> PlacementTrainConfig:
+        """Rebuild a config from `to_dict`'s form.
+
+        Raises
+        ------
+        ValueError
+            A field out of its range or of the wrong type (the message starts with its name).
+        TypeError
+            An unknown field.
+        """
         data = dict(data)
-        data["policy"] = PolicyConfig(**data.get("policy", {}))
+        policy = data.get("policy", {})
+        if not isinstance(policy, dict):
+            raise ValueError(f"policy must be a table of hidden, n_layers, head_hidden, got {policy!r:.80}")
+        data["policy"] = PolicyConfig(**policy)
         for key in ("comm_ratios", "imitation_ops", "rl_ops"):
             if key in data:
                 data[key] = tuple(data[key])

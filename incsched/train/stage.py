@@ -28,6 +28,7 @@ from ..evaluate.stage import evaluate_stages
 from ..generators.random_dag import icml24_like, layered_dag, respect_like
 from ..jsonio import read_json, write_json
 from ..problems.stage import StageProblem
+from . import fields
 from .kernels import KERNEL_SETTINGS, adam, apply_in_process, current_kernels, run_in_child
 from .metrics import epoch_row, log_row
 
@@ -81,6 +82,34 @@ class StageTrainConfig:
     grad_clip: float = 1.0  # gradient-norm clip of the REINFORCE updates (imitation is not clipped)
     threads: int = 1
 
+    def __post_init__(self):
+        """Every field's type and range (`incsched.train.fields`); some K of ``ks`` must fit the
+        smallest graph (``K <= max(2, min_nodes // 4)``), as every drawn graph needs one."""
+        fields.whole("seed", self.seed, 0, 2**63 - 1)
+        fields.whole("n_graphs", self.n_graphs, 1)
+        fields.whole("n_validation", self.n_validation, 0)
+        fields.whole("min_nodes", self.min_nodes, 2)
+        fields.whole("max_nodes", self.max_nodes, self.min_nodes if isinstance(self.min_nodes, int) else 2)
+        if isinstance(self.ks, (str, bytes)) or not isinstance(self.ks, (tuple, list)) or not self.ks:
+            raise ValueError(f"ks must be a non-empty list of stage counts, got {self.ks!r:.80}")
+        for k in self.ks:
+            fields.whole("ks", k, 1, 1024)
+        if min(self.ks) > max(2, self.min_nodes // 4):
+            raise ValueError(f"ks must hold a K of at most {max(2, self.min_nodes // 4)} (max(2, min_nodes // 4)) "
+                             f"so that graphs of {self.min_nodes} nodes have one, got {list(self.ks)}")
+        for name in ("hidden", "n_layers", "decoder_hidden"):
+            fields.whole(name, getattr(self, name), 1, 4096)
+        for name in ("imitation_epochs", "rl_epochs"):
+            fields.whole(name, getattr(self, name), 0)
+        fields.whole("rl_samples", self.rl_samples, 1)
+        fields.whole("threads", self.threads, 1, 1024)
+        for name in ("lr", "rl_lr"):
+            fields.real(name, getattr(self, name), 0.0, above=True)
+        for name in ("alpha", "label_time_limit", "weight_decay", "entropy_weight", "rl_imitation_weight", "grad_clip"):
+            fields.real(name, getattr(self, name), 0.0)
+        if self.label_cache is not None and not isinstance(self.label_cache, str):
+            raise ValueError(f"label_cache must be a path or none, got {self.label_cache!r:.80}")
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dictionary of the config (tuples become lists)."""
         d = asdict(self)
@@ -89,7 +118,8 @@ class StageTrainConfig:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StageTrainConfig:
-        """Rebuild a config from `to_json`'s form (unknown keys are an error)."""
+        """Rebuild a config from `to_json`'s form (unknown keys are a TypeError; a field out of
+        its range or of the wrong type a ValueError starting with its name)."""
         d = dict(data)
         if "ks" in d:
             d["ks"] = tuple(d["ks"])
