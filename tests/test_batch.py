@@ -241,3 +241,34 @@ def test_batch_summary_is_json_with_the_recipe(two_graphs, tmp_path):
     summary = json.loads((out / "batch.json").read_text())
     assert summary["recipe"] == dataclasses.asdict(recipe) and summary["solve"] == {"time_limit": 5, "seed": 3}
     assert summary["interrupted"] is False
+
+
+# ---------------------------------------------------------------------- nothing skipped without a word (issue 24)
+
+
+def test_a_broken_link_a_link_loop_and_a_folder_named_json_are_reported_not_skipped(tmp_path, capsys, caplog):
+    folder = tmp_path / "graphs"
+    save_graph(layered_dag(12, n_layers=4, seed=1, name="ok"), folder / "ok.json")
+    (folder / "dir.json").mkdir()
+    (folder / "broken.json").symlink_to(folder / "missing.json")
+    (folder / "loop.json").symlink_to(folder / "loop.json")
+    (folder / "notes.txt").write_text("not a graph: not listed")
+    (folder / "alias.json").symlink_to(folder / "ok.json")  # a link to a graph file is a graph file
+    files = graph_files(folder)
+    assert [f.name for f in files] == ["alias.json", "broken.json", "dir.json", "loop.json", "ok.json"]
+    out = tmp_path / "out"
+    items = {it.graph_file.split("/")[-1]: it for it in run_batch(files, out, ProblemRecipe("stage", n_stages=2), time_limit=5)}
+    assert {k: (it.outcome, it.error) for k, it in items.items() if it.outcome == "failed"} == {
+        "broken.json": ("failed", "a broken symbolic link"),
+        "dir.json": ("failed", "a folder, not a graph file"),
+        "loop.json": ("failed", "a symbolic link loop"),
+    }
+    assert items["ok.json"].outcome == items["alias.json"].outcome == "solved"
+    written = {it["graph_file"].split("/")[-1]: it["error"] for it in json.loads((out / "batch.json").read_text())["items"]}
+    assert written["loop.json"] == "a symbolic link loop" and written["ok.json"] is None
+    assert "loop.json: a symbolic link loop; reported as failed" in caplog.text
+    # the CLI names each one and exits 1
+    assert main(["batch", str(folder), "-o", str(tmp_path / "cli"), "--stages", "2", "--time-limit", "5"]) == 1
+    printed = capsys.readouterr().out
+    for name, why in (("broken.json", "a broken symbolic link"), ("dir.json", "a folder"), ("loop.json", "a symbolic link loop")):
+        assert f"failed: {folder / name}: {why}" in printed

@@ -27,7 +27,7 @@ from ..result import Result
 from .engines import solve_many
 from .tasks import ProblemRecipe, SolveTask, TaskOutcome, batch_key
 
-__all__ = ["BatchItem", "BatchInterrupted", "run_batch", "graph_files", "result_path"]
+__all__ = ["BatchItem", "BatchInterrupted", "run_batch", "graph_files", "not_a_file", "result_path"]
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,34 @@ class BatchInterrupted(KeyboardInterrupt):
 
 
 def graph_files(folder: str | os.PathLike) -> list[Path]:
-    """Graph files directly in ``folder``, sorted by name."""
+    """Entries directly in ``folder`` named like graph files (``.json``, ``.json.gz``, ``.gml``,
+    ``.gml.gz``), sorted by name.
+
+    Those that are not readable files (a folder named ``x.json``, a broken symbolic link, a link
+    loop: `not_a_file`) are listed too, so that a batch reports each as failed, with why, instead
+    of leaving it out without a word.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise FormatError(f"{folder}: not a folder of graph files")
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(GRAPH_SUFFIXES))
+    return sorted(p for p in folder.iterdir() if p.name.endswith(GRAPH_SUFFIXES))
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` is not a file a graph can be read from (a folder, a broken symbolic link, a
+    link loop, a device or pipe), or None when it is one."""
+    path = Path(path)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return "a broken symbolic link" if path.is_symlink() else "gone (removed while the batch ran)"
+    except OSError as exc:  # ELOOP and friends
+        return "a symbolic link loop" if path.is_symlink() else f"unreadable ({exc.strerror or exc})"
+    if path.is_dir():
+        return "a folder, not a graph file"
+    if not path.is_file():
+        return "not a regular file (a device, pipe or socket)"
+    return None
 
 
 def result_path(graph_file: Path, out_dir: Path) -> Path:
@@ -255,6 +278,10 @@ def run_batch(
 def _task_unless_done(i: int, graph_file: Path, out_file: Path, recipe: ProblemRecipe, solve_kwargs: dict) -> SolveTask | BatchItem:
     """The task that solves ``graph_file``, or its item when a stored result still answers it
     (``skipped``) or the file cannot be read (``failed``)."""
+    why = not_a_file(graph_file)
+    if why is not None:
+        log.warning("batch: %s: %s; reported as failed", graph_file, why)
+        return BatchItem(str(graph_file), str(out_file), "failed", error=why)
     try:
         data = graph_file.read_bytes()
         if out_file.exists():  # only then is the graph parsed here: to key and re-check what is stored
