@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
 import time
 import traceback
@@ -28,12 +29,13 @@ from pathlib import Path
 
 from .errors import IncschedError
 
-__all__ = ["main", "format_result", "EXIT_INTERRUPTED"]
+__all__ = ["main", "format_result", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 log = logging.getLogger("incsched")
 
-#: Exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT) or SIGTERM (128 + 15), as shells report them.
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     args.own_process = argv is None  # run as the `incsched` program, not called from Python
+    if args.own_process:
+        signal.signal(signal.SIGTERM, _terminate)
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
@@ -61,9 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 1
-    except KeyboardInterrupt:
-        print("incsched: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        print(f"incsched: {'terminated' if isinstance(exc, _Terminated) else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
+    except ImportError as exc:
+        if not isinstance(exc.__context__, KeyboardInterrupt):
+            raise
+        # the signal landed inside a C extension's import (OR-Tools, torch): it fails that way
+        print(f"incsched: {'terminated' if _terminated else 'interrupted'} while starting up", file=sys.stderr)
+        return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
     except (IncschedError, ValueError, OSError) as exc:
         if args.verbose:
             traceback.print_exc()
@@ -71,6 +81,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:  # main() called from Python leaves the caller's logging as it found it
         logging.getLogger("incsched").setLevel(previous_level)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be: the run stops the same way and keeps its best answer."""
+
+
+_terminated = False  # set by the SIGTERM handler: the exit status says which signal stopped the run
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM (a batch scheduler's stop, ``kill``) ends the run like Ctrl-C: ``solve()`` returns
+    the best answer so far, which is written to ``--json`` before the exit (status 143)."""
+    global _terminated
+    _terminated = True
+    raise _Terminated()
 
 
 def _configure_logging(verbose: int, quiet: bool) -> int:
@@ -757,7 +782,7 @@ def _solve(args) -> int:
     if args.json and args.json != "-":
         print(f"result written to {args.json}", file=summary)
     if result.stop_reason == "interrupted":
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
     return 0 if result.status != "unknown" else 3
 
 

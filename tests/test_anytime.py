@@ -220,3 +220,20 @@ def test_limits_out_of_range_are_refused(bad):
     g = layered_dag(8, n_layers=3, seed=0)
     with pytest.raises(SolveArgumentError):
         solve(StageProblem.peer(g, n_stages=2), **bad)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_cli_like_ctrl_c_and_the_result_is_written(big_stage, tmp_path):
+    """Issue 24: SIGTERM (a scheduler's stop) exited -15 with nothing written."""
+    graph = tmp_path / "g.json"
+    save_graph(big_stage.graph, graph)
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "incsched.cli", "solve", str(graph), "--stages", "10", "--time-limit", "60", "--json", str(out)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(6.0)  # past the imports, into the search
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and b"Traceback" not in stderr, stderr
+    saved = json.loads(out.read_text())
+    assert saved["stop_reason"] == "interrupted"
+    assert evaluate_stages(big_stage, saved["stages"]).objective == saved["objective"]
