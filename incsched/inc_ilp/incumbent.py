@@ -79,9 +79,11 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     The learned policy (when ``policy`` is set) takes part by one of two rules. Loaded in this
     process already, or with a time limit that affords its first load
     (`Tuning.policy_min_seconds`), it always takes part: a rule on the limit, so the run repeats
-    (not loaded, it decodes in a child process while the baselines run, and is waited for).
+    (not loaded, it loads here, after the baselines, so that a load slower than the clock leaves
+    their answers; once loaded, every later run of the process has it at a decode's cost).
     Otherwise, unless a work limit asks for a run that repeats, it loads and decodes in a child
-    process (`PolicyProcess`: torch's import would starve this process's clock) while the
+    process (`PolicyProcess`: a load here cannot be cut short, and a process that exits while
+    torch is still importing aborts) while the
     baselines and the search run (`Context.offer_later`), and joins when its
     answer arrives within the clock; whether it did depends on the machine, so such a run is not
     reproducible (and says so). Either way inc-ilp is never worse than the policy alone at the same
@@ -110,9 +112,6 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     too_slow = [name for name in names if name not in affordable] + ([] if affordable_policy or not policy or "rl" in names else ["rl"])
     if too_slow:
         notes.append(f"skipped as too slow for {n_nodes} nodes in {ctx.time_limit:g} s: {', '.join(too_slow)}")
-    # A policy not loaded here decodes in a child process (torch's import in this one would hold
-    # the clock and abort an exiting process), started first so it works while the baselines run.
-    child = PolicyProcess(kind, ctx.problem, ctx.seed) if "rl" in affordable and not policy_loaded(kind) else None
     answers, scores = {}, {}
     with ctx.timed("preschedule"):
         try:
@@ -122,18 +121,16 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
                 if ctx.stopped():
                     break
                 try:
-                    if name == "rl":
-                        answers[name] = _policy_answer(ctx, child, table[name])
+                    if name == "rl":  # loaded here once, for every later run of the process
+                        answers[name] = _on_the_clock(ctx, name, table[name])
                     elif name in _STARTS_FROM and answers.get(_STARTS_FROM[name]) is not None:
                         answers[name] = table[name](ctx.problem, ctx.seed, start=answers[_STARTS_FROM[name]])
                     else:
                         answers[name] = table[name](ctx.problem, ctx.seed)
-                except (PlacementInfeasibleError, RuntimeError) as exc:  # no room for a node, or the child failed
+                except PlacementInfeasibleError as exc:  # its greedy choices left a node no device with room
                     ctx.fail(name, str(exc))
                     answers[name] = None
         finally:  # Ctrl-C included: what was computed is judged, in the portfolio's order (ties go to the earlier)
-            if child is not None:
-                child.cancel()
             for name in (name for name in affordable if name in answers):
                 answer = answers[name]
                 scores[name] = value = None if answer is None else ctx.check(answer)
@@ -160,19 +157,6 @@ def _on_the_clock(ctx: Context, name: str, fn: Callable):
         return run_in_helper(lambda: fn(ctx.problem, ctx.seed), "incsched policy", should_stop=ctx.stopped)
     except Abandoned:
         ctx.stop.stop(ctx.stopped() or "time")
-        return None
-
-
-def _policy_answer(ctx: Context, child: PolicyProcess | None, fn: Callable):
-    """The policy's answer in the portfolio: from its child process (waited for on the clock), or
-    decoded here when it is loaded already; None when the run stops first."""
-    if child is None:
-        return _on_the_clock(ctx, "rl", fn)
-    try:
-        return child.wait(should_stop=ctx.stopped)
-    except Abandoned:
-        ctx.stop.stop(ctx.stopped() or "time")
-        ctx.record("incumbent", prescheduler="rl", note=f"rl did not finish before the run stopped ({ctx.stop.reason})")
         return None
 
 

@@ -1,11 +1,10 @@
 """The learned policy decoded in a child process, for a run whose clock is too short to load it here.
 
-Loading the policy in this process means importing torch, whose C++ start-up holds the GIL for
-seconds: measured with the import in a helper thread, inc-ilp at time_limit=4 returned after 9-11 s
-(the clock's timer and the search were starved), and a process that exited while the import ran
-aborted ("terminate called without an active exception"). A child process imports torch on its
-own cores and interpreter: the run's clock keeps ticking here, and a child still loading when the
-run ends is simply killed.
+Loading the policy in this process means importing torch, which cannot be cut short: a run whose
+clock is too short for the load (the rule's `Tuning.policy_min_seconds`) would leave it behind in a
+helper thread, and a process that exits while that import runs aborts ("terminate called without an
+active exception", exit 134, seen with inc-ilp at time_limit=4). A child process imports torch on
+its own: a child still loading when the run ends is simply killed.
 
     parent: problem ──JSON file──> child: load policy, decode ──answer JSON on stdout──> parent
 
