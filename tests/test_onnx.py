@@ -351,3 +351,12 @@ def test_flops_beyond_float64_are_refused_and_malformed_shapes_are_unknown_flops
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])])
     path = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "p.onnx")
     assert "node 'pool' (MaxPool) has more FLOPs than a float64 holds" in _one_line_error(path)
+
+
+def test_text_that_is_not_utf8_is_refused_by_field(tmp_path):
+    # found by benchmarks/fuzz.py: one flipped byte in an op type gave bytes, and re.sub raised TypeError
+    raw = _one_op_model([4]).SerializeToString()
+    at = raw.index(b"Relu")
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(raw[:at] + b"\xd2" + raw[at + 1:])
+    assert "not an ONNX model (its NodeProto.op_type is not UTF-8 text)" in _one_line_error(path)

@@ -128,6 +128,9 @@ def read_onnx(
         raise FormatError(f"{path}: not an ONNX model ({type(exc).__name__}: {_first_line(exc)})") from None
     if not model.HasField("graph") or not model.graph.node:
         raise FormatError(f"{path}: not an ONNX model (no graph, or a graph without operators)")
+    bad_text = _non_utf8_field(model)
+    if bad_text:
+        raise FormatError(f"{path}: not an ONNX model (its {bad_text} is not UTF-8 text)")
     check_count("nodes", len(model.graph.node) + len(model.graph.input), lim.max_nodes, "max_nodes", str(path))
 
     _drop_large_weight_data(model)
@@ -280,6 +283,27 @@ def _unique(name: str, used: set[str]) -> str:
         out, k = f"{name}_{k}", k + 1
     used.add(out)
     return out
+
+
+def _non_utf8_field(model) -> str | None:
+    """The name of a text field (an op type, a tensor name ...) that is not UTF-8, or None.
+
+    ONNX's text fields are proto2 strings, which protobuf does not check: a damaged file gives
+    ``bytes`` where every later step expects ``str``. Walked with a stack, not recursion, since
+    subgraphs (If, Loop) may nest deeply.
+    """
+    stack = [model]
+    while stack:
+        msg = stack.pop()
+        for field, value in msg.ListFields():
+            repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED  # protobuf < 6.31
+            values = value if repeated else (value,)
+            if field.type == field.TYPE_STRING:
+                if any(isinstance(v, bytes) for v in values):
+                    return f"{field.containing_type.name}.{field.name}"
+            elif field.type == field.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:  # ONNX has no maps
+                stack.extend(values)
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
