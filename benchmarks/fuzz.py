@@ -1,13 +1,17 @@
-"""Fuzz benchmark (issue 12): at least 10,000 generated cases through the CLI and the API, counted.
+"""Fuzz benchmark (issues 12 and 24): at least 10,000 generated cases through the CLI and the API, counted.
 
 The cases come from the hypothesis strategies of tests/test_fuzz.py (malformed JSON / GML / CSV
 graph files, extreme numbers, command lines, API calls, small instances with huge values checked
-against the brute-force oracle) and are judged by its `judge`. Each case runs in a worker process
+against the brute-force oracle; and issue 24's surfaces: ONNX files with extreme dimensions and
+``read_onnx(dims=...)``, experiment TOML loaded and planned, generator arguments, placement
+transfer tables, batches over folders with broken links, link loops and folders named ``*.json``,
+exports of layer-level results with fuzzed graph meta, each with its oracle) and are judged by its `judge`. Each case runs in a worker process
 with a timeout, so a hang is counted, not waited for; every ``--subprocess-every``-th command line
 also runs as a real ``python -m incsched.cli`` process, to catch what only a whole interpreter shows.
 
     nice .venv/bin/python benchmarks/fuzz.py --cases 10000 --jobs 2
     .venv/bin/python benchmarks/fuzz.py --cases 200 --seed 3 --failures /tmp/fuzz-failures
+    .venv/bin/python benchmarks/fuzz.py --cases 2000 --surfaces onnx,toml,generators,table,batch,export
 
 Prints the command line and the machine's load first, then one count per verdict; every
 traceback, wrong result and hang is written to ``--failures`` (its files and command line).
@@ -36,7 +40,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
-from test_fuzz import Case, Outcome, _read_cli_result, all_cases, judge, run_case  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from test_fuzz import SURFACES, Case, Outcome, _read_cli_result, all_cases, judge, run_case, write_case_files  # noqa: E402
 
 FAILURES = ("traceback", "wrong", "hang")
 
@@ -49,14 +54,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a case may take before it counts as a hang")
     ap.add_argument("--subprocess-every", type=int, default=40, help="every N-th command line also runs as a real process")
     ap.add_argument("--failures", default="fuzz-failures", help="folder for the reproducers of failures")
+    ap.add_argument("--surfaces", default="all",
+                    help=f"'all' (every strategy, the default) or a comma list of issue 24's surfaces: {', '.join(SURFACES)}")
     args = ap.parse_args(argv)
+    if args.surfaces == "all":
+        strategy = all_cases
+    else:
+        chosen = [x.strip() for x in args.surfaces.split(",") if x.strip()]
+        unknown = [x for x in chosen if x not in SURFACES]
+        if unknown or not chosen:
+            ap.error(f"--surfaces: unknown {', '.join(unknown) or 'empty list'} (known: all, {', '.join(SURFACES)})")
+        strategy = st.one_of(*(SURFACES[x] for x in chosen))
 
     print(f"command: {' '.join(shlex.quote(a) for a in [sys.executable, *sys.argv])}")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, load average {load} (1/5/15 min); "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
     print(f"cases: {args.cases}, seed {args.seed}, jobs {args.jobs}, timeout {args.timeout:g} s, "
-          f"a real process every {args.subprocess_every} command lines", flush=True)
+          f"a real process every {args.subprocess_every} command lines, surfaces {args.surfaces}", flush=True)
 
     pool = [Worker(args.timeout) for _ in range(max(1, args.jobs))]
     counts: Counter = Counter()
@@ -90,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     @hypothesis_seed(args.seed)
     @settings(max_examples=args.cases, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(all_cases)
+    @given(strategy)
     def one(case: Case) -> None:
         state["n"] += 1
         submit(case, "in-process")
@@ -212,10 +227,7 @@ def _serve(conn) -> None:
 
 
 def _run_subprocess(case: Case, folder: str) -> Outcome:
-    for name, data in case.files:
-        path = Path(folder) / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    write_case_files(case, folder)
     argv = [a.replace("{dir}", folder) for a in case.argv]
     env = {**os.environ, **dict(case.env), "PYTHONPATH": str(REPO)}
     try:
@@ -226,18 +238,15 @@ def _run_subprocess(case: Case, folder: str) -> Outcome:
     out = Outcome(status=done.returncode, stdout=done.stdout.decode("utf-8", "replace"), stderr=done.stderr.decode("utf-8", "replace"))
     if done.returncode < 0:
         out.escaped = f"killed by signal {-done.returncode}\n{out.stderr[-500:]}"
-    if out.status in (0, 3) and case.oracle is not None:
-        out.result = _read_cli_result(argv, out.stdout)
+    if out.status in (0, 1, 3) and case.oracle is not None:
+        out.result = _read_cli_result(argv, out.stdout, case.oracle, folder)
     return out
 
 
 def save_failure(folder: Path, case: Case, mode: str, why: str) -> None:
     """The case's files, its command line (``{dir}`` = this folder) and why it failed."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, data in case.files:
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    write_case_files(case, str(folder))
     (folder / "case.txt").write_text(
         f"{mode}: {why}\n\n{case.command_line(str(folder))}\n\napi: {case.api!r}\n\noracle: {json.dumps(case.oracle, default=repr)[:4000]}\n",
         encoding="utf-8", errors="backslashreplace")

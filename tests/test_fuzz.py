@@ -45,7 +45,8 @@ from incsched.errors import IncschedError
 class Case:
     """One fuzz case. ``{dir}`` in ``argv`` and in file names is the case's own folder.
 
-    kind : "cli" (``argv`` through ``incsched.cli.main``) or "api" (``api`` through `solve`).
+    kind : "cli" (``argv`` through ``incsched.cli.main``) or "api" (``api`` through `solve`, or
+        with ``api["call"]`` one of the library calls of `_run_call`).
     files : (relative name, bytes) pairs written first.
     env : environment variables set during the run (``INCSCHED_MAX_*``).
     oracle : what the brute force needs to check an answer, or None.
@@ -58,6 +59,8 @@ class Case:
     api: dict | None = None
     oracle: dict | None = None
     label: str = ""
+    links: tuple[tuple[str, str], ...] = ()  # (relative name, target): symbolic links made after the files
+    dirs: tuple[str, ...] = ()  # folders made first
 
     def command_line(self, folder: str = "DIR") -> str:
         if self.kind == "api":
@@ -87,17 +90,14 @@ def run_case(case: Case, folder: str | os.PathLike | None = None) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="incsched-fuzz-") as tmp:
             return run_case(case, tmp)
     folder = str(folder)
-    for name, data in case.files:
-        path = Path(folder) / name.replace("{dir}", folder)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    write_case_files(case, folder)
     saved = {k: os.environ.get(k) for k, _ in case.env}
     os.environ.update(dict(case.env))
     import time
 
     started = time.perf_counter()
     try:
-        out = _run_cli(case, folder) if case.kind == "cli" else _run_api(case)
+        out = _run_cli(case, folder) if case.kind == "cli" else _run_api(case, folder)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -106,6 +106,21 @@ def run_case(case: Case, folder: str | os.PathLike | None = None) -> Outcome:
                 os.environ[k] = v
     out.seconds = time.perf_counter() - started
     return out
+
+
+def write_case_files(case: Case, folder: str) -> None:
+    """The case's folders, files and symbolic links under ``folder`` (``{dir}`` in names and link
+    targets is ``folder``)."""
+    for name in case.dirs:
+        (Path(folder) / name).mkdir(parents=True, exist_ok=True)
+    for name, data in case.files:
+        path = Path(folder) / name.replace("{dir}", folder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    for name, target in case.links:
+        path = Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target.replace("{dir}", folder))
 
 
 def _run_cli(case: Case, folder: str) -> Outcome:
@@ -122,12 +137,18 @@ def _run_cli(case: Case, folder: str) -> Outcome:
         except BaseException:  # noqa: BLE001 - whatever escapes main is the finding
             out.escaped = traceback.format_exc()
     out.stdout, out.stderr = stdout.getvalue(), stderr.getvalue()
-    if out.status in (0, 3) and case.oracle is not None:
-        out.result = _read_cli_result(argv, out.stdout)
+    if out.status in (0, 1, 3) and case.oracle is not None:
+        out.result = _read_cli_result(argv, out.stdout, case.oracle, folder)
     return out
 
 
-def _read_cli_result(argv: list[str], stdout: str) -> dict | None:
+def _read_cli_result(argv: list[str], stdout: str, oracle: dict | None = None, folder: str | None = None) -> dict | None:
+    """What the oracle checks: ``--json``'s result, or the file the oracle names (``{dir}/...``)."""
+    if oracle is not None and oracle.get("read") and folder is not None:
+        try:
+            return json.loads(Path(oracle["read"].replace("{dir}", folder)).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
     if "--json" not in argv:
         return None
     target = argv[argv.index("--json") + 1]
@@ -138,13 +159,15 @@ def _read_cli_result(argv: list[str], stdout: str) -> dict | None:
         return None
 
 
-def _run_api(case: Case) -> Outcome:
+def _run_api(case: Case, folder: str = ".") -> Outcome:
     from incsched.graph import CompGraph
     from incsched.problems import Device, Links, PlacementProblem
     from incsched.problems.stage import ObjectiveWeights, StageProblem
     from incsched.front_door import solve
 
     spec = case.api
+    if "call" in spec:
+        return _run_call(spec, folder)
     out = Outcome()
     try:
         g = CompGraph(**spec["graph"])
@@ -194,7 +217,11 @@ def judge(case: Case, out: Outcome) -> tuple[str, str]:
             return "clear_error", errors[0][:300]
     elif out.status == 1:
         return ("clear_error", out.error[:300]) if out.error and out.error.strip() else ("traceback", "an empty error message")
-    if case.oracle is not None and out.status in (0, 3):
+    if case.oracle is not None and case.oracle["problem"] in SURFACE_ORACLES:
+        wrong = SURFACE_ORACLES[case.oracle["problem"]](case.oracle, out)
+        if wrong:
+            return "wrong", wrong
+    elif case.oracle is not None and out.status in (0, 3):
         wrong = check_against_oracle(case.oracle, out.result)
         if wrong:
             return "wrong", wrong
@@ -805,8 +832,468 @@ def placement_oracle_cases(draw):
     return Case("api", api=api, oracle={"problem": "placement", "api": api}, label=f"placement-{method}")
 
 
+# ====================================================================== issue 24's surfaces: ONNX, TOML, batches, exports
+
+#: Errors a library call may raise on purpose besides `IncschedError`: the generators' and the
+#: training configs' documented ValueErrors (raised by their own code, not by numpy or protobuf).
+ON_PURPOSE_VALUE_ERRORS = (os.sep + os.path.join("incsched", "generators") + os.sep, os.sep + os.path.join("incsched", "train") + os.sep)
+
+
+def _run_call(spec: dict, folder: str) -> Outcome:
+    """One library call of issue 24's surfaces; its result as plain data for the oracle."""
+    out = Outcome()
+    try:
+        out.result = _CALLS[spec["call"]](spec, folder)
+        out.status = 0
+    except IncschedError as exc:
+        out.status = 1
+        out.error = str(exc) or type(exc).__name__
+    except ValueError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames and any(part in frames[-1].filename for part in ON_PURPOSE_VALUE_ERRORS):
+            out.status, out.error = 1, str(exc) or type(exc).__name__
+        else:
+            out.escaped = traceback.format_exc()
+    except BaseException:  # noqa: BLE001
+        out.escaped = traceback.format_exc()
+    return out
+
+
+def _call_read_onnx(spec: dict, folder: str) -> dict:
+    from incsched.formats.onnx import read_onnx
+
+    g = read_onnx(f"{folder}/m.onnx", dims=spec.get("dims"), coarsen=spec.get("coarsen", "none"))
+    return {"names": list(g.names), "out_bytes": g.out_bytes.tolist(), "edge_bytes": g.edge_bytes.tolist()}
+
+
+def _call_plan(spec: dict, folder: str) -> dict:
+    from incsched.experiment.config import load_experiment
+    from incsched.experiment.run import plan
+
+    exp = load_experiment(f"{folder}/x.toml")
+    return {"cells": len(plan(exp).cells) if exp.graphs else 0}
+
+
+def _call_generator(spec: dict, folder: str) -> dict:
+    import incsched.generators as generators
+
+    planned = generators.check_arguments(spec["generator"], spec["args"])
+    g = getattr(generators, spec["generator"])(**spec["args"])
+    return {"planned": list(planned), "nodes": g.n_nodes, "edges": g.n_edges}
+
+
+def _call_placement_table(spec: dict, folder: str) -> dict:
+    from incsched.graph import CompGraph
+    from incsched.problems import PlacementProblem
+
+    names = [f"v{i}" for i in range(spec["edges"] + 1)]
+    g = CompGraph(names, names[:-1], names[1:], out_bytes=[8] * len(names), compute_time={"cpu": [1e-3] * len(names)})
+    return {"shape": list(PlacementProblem.identical(g, spec["devices"]).transfer_ticks().shape)}
+
+
+def _call_export(spec: dict, folder: str) -> dict:
+    from incsched import export
+    from incsched.graph import CompGraph
+
+    g = CompGraph.from_json(spec["graph"])
+    kwargs = {} if spec["n_stages"] is None else {"n_stages": spec["n_stages"]}
+    return getattr(export, spec["function"])(g, spec["stages"], **kwargs)
+
+
+_CALLS = {"read_onnx": _call_read_onnx, "plan": _call_plan, "generator": _call_generator,
+          "placement_table": _call_placement_table, "export": _call_export}
+
+
+# ---------------------------------------------------------------------- ONNX files
+
+ONNX_DIMS = [0, 1, 2, 3, 7, -1, -5, 2**31, 2**40, 2**60, 2**62, 2**63 - 1, "batch", "seq", ""]
+ONNX_DIMS_ARG = [1, 2, 8, 0, -3, 1.5, True, None, "x", 2**31, 2**62, 2**63 - 1, 2**63, 2**100, "8"]
+ONNX_OPS = ["Relu", "Identity", "Neg", "AddSelf", "MatMul", "Expand", "Conv", "Gemm", "MaxPool", "Reshape", "ConstantOfShape", "Split"]
+#: element type -> bits of one element (what the oracle charges)
+ONNX_ELEMS = {"FLOAT": 32, "FLOAT16": 16, "DOUBLE": 64, "INT8": 8, "INT4": 4, "INT2": 2, "BOOL": 8}
+
+
+@st.composite
+def onnx_models(draw) -> tuple[bytes, dict]:
+    """(model bytes, what the oracle needs) of a small ONNX model with extreme dimensions."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    elem_name = draw(st.sampled_from(list(ONNX_ELEMS)))
+    elem = getattr(TensorProto, elem_name)
+    dim = st.one_of(st.sampled_from([0, 1, 2, 3, 7, "batch", "seq"]), st.sampled_from(ONNX_DIMS))  # half of them valid
+    shape = draw(st.one_of(st.lists(dim, max_size=4), st.lists(dim, max_size=4), st.just([2] * 70), st.just([2**62, 2**62])))
+    op = draw(st.sampled_from(ONNX_OPS))
+    inits, nodes = [], []
+
+    def weight(name: str, dims: list[int]) -> str:
+        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims)
+        numel = math.prod(dims) if all(d >= 0 for d in dims) else -1
+        if 0 <= numel <= 64 and draw(st.booleans()):
+            t.float_data.extend([0.5] * numel)
+        else:
+            t.data_location = TensorProto.EXTERNAL
+            t.external_data.add(key="location", value="weights.bin")
+        inits.append(t)
+        return name
+
+    int_dims = st.lists(st.sampled_from([d for d in ONNX_DIMS if isinstance(d, int)]), min_size=1, max_size=4)
+    if op == "AddSelf":
+        nodes.append(helper.make_node("Add", ["x", "x"], ["y"], name="op"))
+    elif op == "MatMul":
+        nodes.append(helper.make_node("MatMul", ["x", weight("w", draw(int_dims))], ["y"], name="op"))
+    elif op in ("Expand", "Reshape", "ConstantOfShape"):
+        target = draw(st.lists(st.sampled_from([d for d in ONNX_DIMS if isinstance(d, int)]), min_size=1, max_size=4))
+        inits.append(helper.make_tensor("target", TensorProto.INT64, [len(target)], target))
+        inputs = ["target"] if op == "ConstantOfShape" else ["x", "target"]
+        nodes.append(helper.make_node(op, inputs, ["c" if op == "ConstantOfShape" else "y"], name="op"))
+        if op == "ConstantOfShape":
+            nodes.append(helper.make_node("Add", ["x", "c"], ["y"], name="add"))
+    elif op == "Conv":
+        kernel = draw(st.lists(st.sampled_from([1, 3, 2**31]), min_size=2, max_size=2))
+        nodes.append(helper.make_node("Conv", ["x", weight("w", [draw(st.sampled_from([1, 4, 2**40])), 1, *kernel])], ["y"],
+                                      name="op", kernel_shape=kernel))
+    elif op == "Gemm":
+        nodes.append(helper.make_node("Gemm", ["x", weight("w", draw(int_dims))], ["y"], name="op",
+                                      transB=draw(st.sampled_from([0, 1]))))
+    elif op == "MaxPool":
+        kernel = draw(st.lists(st.sampled_from([1, 2, 2**62]), min_size=1, max_size=20))
+        nodes.append(helper.make_node("MaxPool", ["x"], ["y"], name="op", kernel_shape=kernel))
+    elif op == "Split":
+        nodes.append(helper.make_node("Split", ["x"], ["a", "b"], name="op", axis=0, num_outputs=2))
+        nodes.append(helper.make_node("Add", ["a", "b"], ["y"], name="add"))
+    else:
+        nodes.append(helper.make_node(op, ["x"], ["y"], name="op"))
+    if draw(st.integers(0, 3)) == 0:  # a second reader of x: an Add whose 1-D inputs ONNX's data propagation expands
+        nodes.append(helper.make_node("Relu", ["x"], ["x2"], name="second"))
+        nodes.append(helper.make_node("Add", ["y" if op in ("Relu", "Identity", "Neg") else "x2", "x2"], ["z"], name="join"))
+    out_name = nodes[-1].output[0]
+    graph = helper.make_graph(nodes, "fuzz", [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info(out_name, elem, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", draw(st.sampled_from([17, 13, 21])))])
+    raw = model.SerializeToString()
+    how = draw(st.sampled_from(["valid"] * 8 + ["truncated", "flipped", "empty"]))
+    if how == "truncated":
+        raw = raw[: draw(st.integers(0, max(len(raw) - 1, 0)))]
+    elif how == "flipped" and raw:
+        i = draw(st.integers(0, len(raw) - 1))
+        raw = raw[:i] + bytes([raw[i] ^ 0xFF]) + raw[i + 1:]
+    elif how == "empty":
+        raw = b""
+    del onnx
+    return raw, {"shape": shape, "bits": ONNX_ELEMS[elem_name], "elementwise": op in ("Relu", "Identity", "Neg") and how == "valid"}
+
+
+@st.composite
+def onnx_cases(draw):
+    """An ONNX file through the CLI (convert, info) or `read_onnx` with fuzzed ``dims``."""
+    raw, about = draw(onnx_models())
+    files = (("m.onnx", raw),)
+    if draw(st.booleans()):
+        argv = draw(st.sampled_from([["graph", "convert", "{dir}/m.onnx", "{dir}/out.json"], ["graph", "info", "{dir}/m.onnx"],
+                                     ["graph", "convert", "{dir}/m.onnx", "{dir}/out.gml"]]))
+        return Case("cli", tuple(argv), files, label="onnx-cli")
+    dims = draw(st.one_of(st.none(), st.dictionaries(st.sampled_from(["batch", "seq", "?"]), st.sampled_from([1, 2, 8, 2**20]), max_size=2),
+                          st.dictionaries(st.sampled_from(["batch", "seq", "?", "", "other"]), st.sampled_from(ONNX_DIMS_ARG), max_size=2),
+                          st.sampled_from([5, "batch", [1]])))
+    api = {"call": "read_onnx", "dims": dims, "coarsen": "none"}
+    return Case("api", files=files, api=api, oracle={"problem": "onnx", **about, "dims": dims}, label="onnx-api")
+
+
+def check_onnx(o: dict, out: Outcome) -> str | None:
+    """``dims`` is refused unless it maps names to whole numbers 1 .. 2**63 - 1; an elementwise
+    model's input is charged exactly prod(shape) elements at their bits, and a negative dimension
+    or more than 2**62 bytes is refused."""
+    dims = o["dims"]
+    dims_ok = dims is None or (isinstance(dims, dict) and all(
+        isinstance(k, str) and type(v) is int and 1 <= v < 2**63 for k, v in dims.items()))
+    if not dims_ok:
+        return f"dims {dims!r} accepted" if out.status == 0 else None
+    if not o["elementwise"]:
+        return None
+    shape = [(dims or {}).get(d or "?", 1) if isinstance(d, str) else d for d in o["shape"]]
+    should_refuse = any(d < 0 for d in shape) or (math.prod(shape) * o["bits"] + 7) // 8 > 2**62
+    if out.status != 0:
+        return None if should_refuse else f"refused a valid model of input shape {shape}: {out.error}"
+    if should_refuse:
+        return f"input shape {shape} at {o['bits']} bits read (it must be refused)"
+    expected = (math.prod(shape) * o["bits"] + 7) // 8
+    got = out.result["out_bytes"][out.result["names"].index("x")]
+    return None if got == expected else f"input x of shape {shape} at {o['bits']} bits is {expected} bytes, read as {got}"
+
+
+# ---------------------------------------------------------------------- experiment TOML
+
+
+def toml_value(v) -> str:
+    """A TOML value written here (independently of any writer): strings, numbers, booleans, lists, tables."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=True)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {toml_value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(str(v))
+
+
+def toml_text(doc: dict) -> str:
+    lines = [f"{k} = {toml_value(v)}" for k, v in doc.items() if not (isinstance(v, list) and v and all(isinstance(t, dict) for t in v))]
+    for k, v in doc.items():
+        if isinstance(v, list) and v and all(isinstance(t, dict) for t in v):
+            for table in v:
+                lines += ["", f"[[{k}]]"] + [f"{json.dumps(str(kk))} = {toml_value(vv)}" for kk, vv in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+GENERATOR_ARGS = {
+    "respect_like": ["n_nodes"], "icml24_like": ["n_nodes", "sparse"], "layered_dag": ["n_nodes", "n_layers", "width", "edge_prob",
+                                                                                        "mean_in_degree", "skip_prob", "param_bytes", "ops"],
+    "chained_matmul": ["n_matrices", "size", "tiles", "dtype_bytes", "jitter", "kinds"], "ffnn": ["n_layers", "batch", "hidden", "tiles"],
+    "transformer_block": ["n_blocks", "heads", "hidden", "ffn_tiles", "seq"],
+}
+ARG_VALUES = [0, 1, 2, 3, 8, 20, 60, -1, 2**31, 10**12, 5_000_000, 2**63 - 1, "many", 2.5, 0.5, True, None, [0, 10], [1, 2, 3],
+              ["cpu"], "cpu", math.nan, 1e300]
+TRAIN_FIELDS = {"placement": ["imitation_epochs", "rl_epochs", "rl_samples", "imitation_graphs", "imitation_lr", "comm_ratios",
+                              "imitation_ops", "n_devices", "time_budget_s", "grad_clip", "policy"],
+                "stage": ["imitation_epochs", "rl_samples", "n_graphs", "min_nodes", "max_nodes", "ks", "lr", "threads", "label_cache"]}
+
+
+@st.composite
+def experiment_tomls(draw) -> dict:
+    arg = st.one_of(st.sampled_from([1, 2, 3, 8, 20, 60]), st.sampled_from(ARG_VALUES))  # valid about half the time
+    doc: dict[str, Any] = {"name": draw(st.sampled_from(["x", "x", "x", "", 5]))}
+    if draw(st.booleans()):
+        doc["seeds"] = draw(st.sampled_from([[0], [0, 1], [0, 1], list(range(12)), [], [-1], [2**40], "0"]))
+    if draw(st.booleans()):
+        doc["repeats"] = draw(st.sampled_from([1, 2, 1, 2, 0, -1, 100000, 2**63 - 1, 1.5, True]))
+    graphs = []
+    for _ in range(draw(st.integers(0, 2))):
+        gen = draw(st.sampled_from([*GENERATOR_ARGS, *GENERATOR_ARGS, "nosuch"]))
+        keys = st.one_of(st.sampled_from(GENERATOR_ARGS.get(gen, ["n_nodes"])), st.sampled_from(["seed", "bogus"]))
+        args = {k: draw(arg) for k in draw(st.lists(keys, max_size=3))}
+        if gen == "layered_dag" and "n_nodes" not in args:
+            args["n_nodes"] = draw(arg)
+        args = {k: v for k, v in args.items() if v is not None}
+        table = {"generator": gen, "args": args}
+        if draw(st.booleans()):
+            table["seeds"] = draw(st.sampled_from([[0], [1, 2], [0], [1, 2], list(range(300)), [-1], [2**64]]))
+        graphs.append(table)
+    if graphs:
+        doc["graphs"] = graphs
+        doc["problems"] = [draw(st.sampled_from([{"kind": "stage", "stages": [2]}, {"kind": "stage", "stages": list(range(2, 17))},
+                                                 {"kind": "placement", "devices": [2], "comm_ratio": 4.0},
+                                                 {"kind": "placement", "devices": [2, 300], "bandwidth": 1e9}]))]
+        doc["methods"] = [{"name": m, "time_limit": 1} for m in draw(st.lists(st.sampled_from(["contiguous_params", "asap", "heft", "heft", "nosuch"]),
+                                                                              min_size=1, max_size=2, unique=True))]
+    if draw(st.integers(0, 2)) == 0 or not graphs:
+        policy = draw(st.sampled_from(["placement", "stage"]))
+        config = {k: draw(st.one_of(arg, st.sampled_from([-1, 0, 1e-3, [2], [20, 80], [80, 20], {"hidden": 8}, {"hidden": 0}, ""])))
+                  for k in draw(st.lists(st.sampled_from(TRAIN_FIELDS[policy]), max_size=2))}
+        doc["trainings"] = [{"policy": policy, "config": {k: v for k, v in config.items() if v is not None}}]
+    return doc
+
+
+@st.composite
+def experiment_cases(draw):
+    """A fuzzed experiment config, loaded and planned (graphs generated, cells counted; nothing solved)
+    under small limits, so that whatever is accepted plans in a moment."""
+    text = toml_text(draw(experiment_tomls()))
+    if draw(st.integers(0, 9)) == 0:
+        text = text[: draw(st.integers(0, len(text)))]
+    env = (("INCSCHED_MAX_NODES", "3000"), ("INCSCHED_MAX_EDGES", "30000"), ("INCSCHED_MAX_EXPERIMENT_CELLS", "60"))
+    return Case("api", files=(("x.toml", text.encode("utf-8", "surrogatepass")),), env=env, api={"call": "plan"},
+                oracle={"problem": "plan", "limit": 60}, label="experiment-toml")
+
+
+def check_plan(o: dict, out: Outcome) -> str | None:
+    if out.status == 0 and out.result["cells"] > o["limit"]:
+        return f"{out.result['cells']} cells planned, past the limit of {o['limit']}"
+    return None
+
+
+@st.composite
+def generator_cases(draw):
+    gen = draw(st.sampled_from(list(GENERATOR_ARGS)))
+    args = {k: draw(st.one_of(st.sampled_from([1, 2, 3, 8, 20, 60]), st.sampled_from(ARG_VALUES)))
+            for k in draw(st.lists(st.sampled_from(GENERATOR_ARGS[gen]), max_size=3))}
+    if gen == "layered_dag" and "n_nodes" not in args:
+        args["n_nodes"] = draw(st.sampled_from([1, 5, 20, 0, 10**12]))
+    args = {k: v for k, v in args.items() if v is not None}
+    if draw(st.booleans()):
+        args["seed"] = draw(st.sampled_from([0, 1, -1, 2**64, "x"]))
+    env = (("INCSCHED_MAX_NODES", "3000"), ("INCSCHED_MAX_EDGES", "30000"))
+    return Case("api", env=env, api={"call": "generator", "generator": gen, "args": args}, oracle={"problem": "generator"},
+                label="generator")
+
+
+def check_generator(o: dict, out: Outcome) -> str | None:
+    """A generator makes the node count its check planned (exactly), within the limit."""
+    if out.status != 0:
+        return None
+    (nodes, edges), got = out.result["planned"], out.result["nodes"]
+    if got != nodes or got > 3000:
+        return f"planned {nodes} nodes, made {got} (limit 3000)"
+    return None
+
+
+@st.composite
+def placement_table_cases(draw):
+    edges, devices = draw(st.sampled_from([0, 1, 100, 1000, 5197])), draw(st.sampled_from([1, 2, 8, 64, 256, 257]))
+    limit = 64 << 20
+    return Case("api", env=(("INCSCHED_MAX_TRANSFER_TABLE_BYTES", str(limit)),),
+                api={"call": "placement_table", "edges": edges, "devices": devices},
+                oracle={"problem": "placement_table", "limit": limit, "edges": edges, "devices": devices}, label="placement-table")
+
+
+def check_placement_table(o: dict, out: Outcome) -> str | None:
+    table = 8 * o["edges"] * o["devices"] ** 2
+    if out.status == 0 and (table > o["limit"] or out.result["shape"] != [o["edges"], o["devices"], o["devices"]]):
+        return f"a table of {table} bytes (limit {o['limit']}) was built with shape {out.result['shape']}"
+    if out.status == 1 and table <= o["limit"] and o["devices"] <= 256:
+        return f"refused a table of {table} bytes within the limit: {out.error}"
+    return None
+
+
+# ---------------------------------------------------------------------- batches
+
+
+@st.composite
+def batch_folder_cases(draw):
+    """A batch over a folder holding graph files, broken links, link loops, folders named ``*.json``."""
+    entries = draw(st.lists(st.sampled_from(["graph", "graph", "broken", "loop", "dir", "alias", "other", "corrupt"]), min_size=1, max_size=5))
+    files, links, dirs, graph_names = [], [], [], []
+    spec = {"names": ["a", "b"], "edges": [(0, 1, 4)], "params": [3, 5], "out_bytes": [4, 0]}
+    for i, kind in enumerate(entries):
+        name = f"in/e{i}.json"
+        if kind == "graph":
+            files.append((name, json_bytes(graph_dict(spec))))
+        elif kind == "corrupt":
+            files.append((name, b"{not json"))
+        elif kind == "broken":
+            links.append((name, "{dir}/in/missing.json"))
+        elif kind == "loop":
+            links.append((name, f"{{dir}}/{name}"))
+        elif kind == "dir":
+            dirs.append(name)
+        elif kind == "alias":
+            files.append((f"elsewhere{i}.json", json_bytes(graph_dict(spec))))
+            links.append((name, f"{{dir}}/elsewhere{i}.json"))
+        else:
+            files.append((f"in/e{i}.txt", b"not a graph"))
+            continue
+        graph_names.append(f"e{i}.json")
+    argv = ("batch", "{dir}/in", "-o", "{dir}/out", "--stages", "2", "--method", "contiguous_params", "--time-limit", "3", "-q")
+    return Case("cli", argv, tuple(files), links=tuple(links), dirs=tuple(["in", *dirs]),
+                oracle={"problem": "batch", "read": "{dir}/out/batch.json", "entries": sorted(graph_names)}, label="batch-folder")
+
+
+def check_batch(o: dict, out: Outcome) -> str | None:
+    """Every entry named like a graph file is an item of batch.json: solved or failed with why."""
+    if not o["entries"]:
+        return None  # an empty folder is refused up front
+    if out.result is None:
+        return f"no batch.json (exit {out.status}): {out.stderr[-200:]!r}"
+    items = {Path(it["graph_file"]).name: it for it in out.result.get("items", [])}
+    missing = [e for e in o["entries"] if e not in items]
+    if missing:
+        return f"left out without a word: {missing}"
+    silent = [n for n, it in items.items() if it["outcome"] == "failed" and not it.get("error")]
+    return f"failed without a reason: {silent}" if silent else None
+
+
+# ---------------------------------------------------------------------- exports
+
+LAYER_NAMES = ["embed", "layers.0", "layers.1", "head"]
+META_VALUES = [None, 5, "layers", [1, 2], {"x": 1}, {nm: nm for nm in LAYER_NAMES}, {nm: [nm] for nm in LAYER_NAMES},
+               {"head": -1}, {"head": "2"}, ["layers"], ["layers", 3], "layer", "op", ["layer"], {}]
+
+
+@st.composite
+def layer_graph_json(draw) -> dict:
+    meta: dict[str, Any] = {"granularity": "layer", "modules": {nm: nm for nm in LAYER_NAMES}, "glue_before": {"embed": 1},
+                            "containers": ["layers"]}
+    for key in draw(st.lists(st.sampled_from(["granularity", "modules", "glue_before", "containers", "module_of"]), max_size=draw(st.sampled_from([0, 0, 1, 2])))):
+        value = draw(st.one_of(st.sampled_from(META_VALUES), json_values))
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+    names = LAYER_NAMES
+    return {"format": "incsched.graph", "version": 1, "name": "layers", "meta": meta,
+            "nodes": {"name": names, "op": ["module"] * 4, "flops": [0] * 4, "param_bytes": [4, 8, 8, 2], "out_bytes": [1, 1, 1, 0]},
+            "edges": {"src": names[:-1], "dst": names[1:], "bytes": [1, 1, 1]}}
+
+
+export_stages = st.one_of(st.sampled_from([[0, 0, 1, 1], [0, 1, 1, 1], [0, 1, 2, 3], [0, 0, 0, 0]]),  # valid half the time
+                          st.sampled_from([[0, 0, 1, 1], [0, 1, 1, 1], [0, 1, 2, 3], [0, 0, 0, 0], [1, 0, 1, 1], [0, 0, 2, 2],
+                                          [0, 0, 0, 2**40], [0, 0.5, 1, 1], [0, "1", 1, 1], [0, None, 1, 1], [0, True, 1, 1],
+                                          [0, 0, 1], [0, [1], 1, 1], [0, 0, 1, 1e309]]), json_values)
+
+
+@st.composite
+def export_cases(draw):
+    """An export of a layer-level result: through the CLI (files) or the library (`incsched.export`)."""
+    graph = draw(layer_graph_json())
+    stages = draw(export_stages)
+    fmt = draw(st.sampled_from(["pipelining", "deepspeed", "torchtitan", "json", "megatron"]))
+    if draw(st.booleans()):
+        terms = draw(st.sampled_from([{}, {"stage_mem": [1, 2]}, {"stage_mem": []}, {"stage_mem": [1, 2, 3, 4]}]))
+        result = {"format": "incsched.result", "version": 2, "problem": "stage", "graph": "layers", "status": "feasible",
+                  "objective": 1, "lower_bound": None, "gap": None, "terms": terms, "method": "given", "seed": 0,
+                  "reproducible": False, "stop_reason": "done", "bound_source": "x", "reason": None, "stages": stages,
+                  "device": None, "order": None, "start": None, "provenance": draw(st.sampled_from([{}, [1, 2], None]))}
+        argv = ["export", "{dir}/r.json", "--graph", "{dir}/g.json", "--format", fmt, "-o", "{dir}/out.json"]
+        argv += draw(st.sampled_from([[], ["--ranks", "1"], ["--ranks", "2"], ["--ranks", "0"], ["--style", "v"], ["--ranks", "x"]]))
+        files = (("g.json", json_bytes(graph)), ("r.json", json_bytes(result)))
+        return Case("cli", tuple(argv), files, oracle={"problem": "export", "read": "{dir}/out.json", "format": fmt, "graph": graph,
+                                                       "stages": stages}, label="export-cli")
+    function = draw(st.sampled_from(["stage_table", "deepspeed_parts", "torchtitan_chunks", "split_spec_names", "stage_runs"]))
+    n_stages = draw(st.sampled_from([None, None, None, None, 1, 2, 4, 0, -1, "2", True, 2.0]))
+    api = {"call": "export", "function": function, "graph": graph, "stages": stages, "n_stages": n_stages}
+    return Case("api", api=api, oracle={"problem": "export", "format": function, "graph": graph, "stages": stages},
+                label="export-api")
+
+
+def check_export(o: dict, out: Outcome) -> str | None:
+    """An export that succeeds keeps every node: each in one stage, the stage the result gave it."""
+    if out.status != 0 or not isinstance(out.result, dict):
+        return None
+    names, stages = o["graph"]["nodes"]["name"], o["stages"]
+    if o["format"] in ("json", "stage_table"):
+        placed = {nm: row["stage"] for row in out.result.get("stages", []) for nm in row["nodes"]}
+        if sorted(placed) != sorted(names) or sum(len(row["nodes"]) for row in out.result["stages"]) != len(names):
+            return f"the stage table holds {sorted(placed)}, not the {len(names)} nodes"
+        if any(placed[nm] != s for nm, s in zip(names, stages)):
+            return f"stages {[placed[nm] for nm in names]} exported for {stages}"
+    elif o["format"] in ("deepspeed", "deepspeed_parts"):
+        if len(out.result.get("layers", [])) != len(names) or out.result["parts"][-1] != len(names):
+            return f"deepspeed parts {out.result.get('parts')} over {len(out.result.get('layers', []))} layers, not {len(names)}"
+    elif o["format"] in ("torchtitan", "torchtitan_chunks"):
+        chunks = out.result.get("module_names_per_model_chunk", [])
+        if sum(len(c) for c in chunks) != len(names):
+            return f"torchtitan chunks {chunks} do not hold the {len(names)} modules"
+    return None
+
+
+SURFACE_ORACLES = {"onnx": check_onnx, "plan": check_plan, "generator": check_generator, "placement_table": check_placement_table,
+                   "batch": check_batch, "export": check_export}
+
+#: benchmarks/fuzz.py --surfaces: each name draws from these strategies only.
+SURFACES = {
+    "onnx": onnx_cases(), "toml": experiment_cases(), "generators": generator_cases(), "table": placement_table_cases(),
+    "batch": batch_folder_cases(), "export": export_cases(),
+}
+issue24_cases = st.one_of(*SURFACES.values())
+
+
 all_cases = st.one_of(cli_cases(), cli_cases(), cli_cases(), stage_oracle_cli_cases(), stage_oracle_api_cases(),
-                      extreme_api_cases(), placement_oracle_cases())
+                      extreme_api_cases(), placement_oracle_cases(), issue24_cases, issue24_cases)
 
 
 # ====================================================================== the tests
@@ -955,3 +1442,103 @@ def test_a_huge_stage_count_is_refused_not_allocated():
         case = Case("cli", ("solve", "{dir}/g.json", "--stages", stages, "--time-limit", "5"), (("g.json", json_bytes(graph_dict(spec))),))
         out = assert_sound(case)
         assert out.status == 1 and "1024" in out.stderr and out.seconds < 5
+
+
+# ====================================================================== issue 24: its surfaces, fuzzed, and its reproducers as cases
+
+
+@pytest.mark.slow
+@fuzz(300)
+@given(issue24_cases)
+def test_issue24_surfaces_give_a_right_answer_or_a_clear_error(case):
+    assert_sound(case)
+
+
+def _onnx_relu(shape, elem: str = "FLOAT") -> bytes:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="op")], "m",
+                              [helper.make_tensor_value_info("x", getattr(TensorProto, elem), shape)],
+                              [helper.make_tensor_value_info("y", getattr(TensorProto, elem), None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("shape, dims", [
+    ([2**62, 2**62], None), ([2] * 70, None), ([3, 0], None), ([3, -2], None), (["batch", 3], {"batch": "x"}),
+    (["batch", 3], {"batch": 2**100}), (["batch", 3], {"batch": 2**62}), (["batch", 3], {"batch": -3}), (["batch", 3], {"batch": 1.5}),
+    (["batch", 3], {"batch": 4}), ([2**58 + 1], None),
+])
+def test_issue24_onnx_reproducers_as_fuzz_cases(shape, dims):
+    case = Case("api", files=(("m.onnx", _onnx_relu(shape)),), api={"call": "read_onnx", "dims": dims, "coarsen": "none"},
+                oracle={"problem": "onnx", "shape": shape, "bits": 32, "elementwise": True, "dims": dims})
+    assert_sound(case)
+    cli = Case("cli", ("graph", "convert", "{dir}/m.onnx", "{dir}/out.json"), (("m.onnx", _onnx_relu(shape)),))
+    assert_sound(cli)
+
+
+@pytest.mark.parametrize("meta, fmt", [
+    ({"modules": {"embed": "embed", "layers.0": "layers.0", "layers.1": ["layers", "1"], "head": "head"}}, "pipelining"),
+    ({"glue_before": [1, 0, 0, 2]}, "pipelining"), ({"containers": 5}, "torchtitan"), ({"containers": "layers"}, "torchtitan"),
+])
+def test_issue24_export_reproducers_as_fuzz_cases(meta, fmt):
+    graph = {"format": "incsched.graph", "version": 1, "name": "layers",
+             "meta": {"granularity": "layer", "modules": {nm: nm for nm in LAYER_NAMES}, "containers": ["layers"], **meta},
+             "nodes": {"name": LAYER_NAMES, "op": ["module"] * 4, "flops": [0] * 4, "param_bytes": [4, 8, 8, 2], "out_bytes": [1, 1, 1, 0]},
+             "edges": {"src": LAYER_NAMES[:-1], "dst": LAYER_NAMES[1:], "bytes": [1, 1, 1]}}
+    result = {"format": "incsched.result", "version": 2, "problem": "stage", "graph": "layers", "status": "feasible", "objective": 1,
+              "lower_bound": None, "gap": None, "terms": {}, "method": "given", "seed": 0, "reproducible": False, "stop_reason": "done",
+              "bound_source": "x", "reason": None, "stages": [0, 0, 1, 1], "device": None, "order": None, "start": None, "provenance": {}}
+    argv = ("export", "{dir}/r.json", "--graph", "{dir}/g.json", "--format", fmt, "-o", "{dir}/out.json")
+    case = Case("cli", argv, (("g.json", json_bytes(graph)), ("r.json", json_bytes(result))),
+                oracle={"problem": "export", "read": "{dir}/out.json", "format": fmt, "graph": graph, "stages": [0, 0, 1, 1]})
+    out = assert_sound(case)
+    assert out.status == 1 and "meta[" in out.stderr
+
+
+def test_issue24_batch_folder_reproducer_as_a_fuzz_case():
+    spec = {"names": ["a", "b"], "edges": [(0, 1, 4)], "params": [3, 5], "out_bytes": [4, 0]}
+    case = Case("cli", ("batch", "{dir}/in", "-o", "{dir}/out", "--stages", "2", "--method", "contiguous_params", "--time-limit", "3", "-q"),
+                (("in/ok.json", json_bytes(graph_dict(spec))),), links=(("in/broken.json", "{dir}/in/gone.json"), ("in/loop.json", "{dir}/in/loop.json")),
+                dirs=("in", "in/dir.json"),
+                oracle={"problem": "batch", "read": "{dir}/out/batch.json", "entries": ["broken.json", "dir.json", "loop.json", "ok.json"]})
+    out = assert_sound(case)
+    assert out.status == 1 and out.stdout.count("  failed: ") == 3
+
+
+@pytest.mark.parametrize("text", [
+    'name = "x"\nrepeats = 9223372036854775807\n[[graphs]]\ngenerator = "respect_like"\nargs = { n_nodes = 20 }\n'
+    '[[problems]]\nkind = "stage"\nstages = [2]\n[[methods]]\nname = "asap"\n',
+    'name = "x"\n[[graphs]]\ngenerator = "respect_like"\nargs = { n_nodes = 1000000000000 }\n[[problems]]\nkind = "stage"\nstages = [2]\n'
+    '[[methods]]\nname = "asap"\n',
+    'name = "x"\n[[graphs]]\ngenerator = "icml24_like"\nargs = { n_nodes = "many" }\n[[problems]]\nkind = "stage"\nstages = [2]\n'
+    '[[methods]]\nname = "asap"\n',
+    'name = "x"\n[[trainings]]\npolicy = "placement"\nconfig = { imitation_epochs = -1 }\n',
+])
+def test_issue24_experiment_reproducers_as_fuzz_cases(text):
+    case = Case("api", files=(("x.toml", text.encode()),), api={"call": "plan"}, oracle={"problem": "plan", "limit": 100_000})
+    out = assert_sound(case)
+    assert out.status == 1 and out.seconds < 10
+
+
+def test_issue24_transfer_table_reproducer_as_a_fuzz_case():
+    case = Case("api", api={"call": "placement_table", "edges": 5197, "devices": 256},
+                oracle={"problem": "placement_table", "limit": 1 << 30, "edges": 5197, "devices": 256})
+    out = assert_sound(case)
+    assert out.status == 1 and "INCSCHED_MAX_TRANSFER_TABLE_BYTES" in out.error
+
+
+def test_the_surface_judges_catch_what_they_are_for():
+    onnx = {"problem": "onnx", "shape": [3, 0], "bits": 32, "elementwise": True, "dims": None}
+    assert check_onnx(onnx, Outcome(status=0, result={"names": ["x", "op"], "out_bytes": [12, 12]})).startswith("input x of shape [3, 0]")
+    assert check_onnx(onnx, Outcome(status=0, result={"names": ["x", "op"], "out_bytes": [0, 0]})) is None
+    assert check_onnx({**onnx, "dims": {"batch": 1.5}}, Outcome(status=0, result={})) is not None
+    assert check_onnx({**onnx, "shape": [3, -2]}, Outcome(status=0, result={"names": ["x"], "out_bytes": [12]})) is not None
+    batch = {"problem": "batch", "entries": ["a.json", "loop.json"]}
+    assert "left out" in check_batch(batch, Outcome(status=0, result={"items": [{"graph_file": "/d/a.json", "outcome": "solved"}]}))
+    export = {"problem": "export", "format": "json", "graph": {"nodes": {"name": ["a", "b"]}}, "stages": [0, 1]}
+    assert check_export(export, Outcome(status=0, result={"stages": [{"stage": 0, "nodes": ["a"]}]})) is not None
+    assert check_export(export, Outcome(status=0, result={"stages": [{"stage": 0, "nodes": ["a"]}, {"stage": 1, "nodes": ["b"]}]})) is None
+    table = {"problem": "placement_table", "limit": 100, "edges": 10, "devices": 4}
+    assert check_placement_table(table, Outcome(status=0, result={"shape": [10, 4, 4]})) is not None
+    assert check_generator({}, Outcome(status=0, result={"planned": [10, 9], "nodes": 11})) is not None
