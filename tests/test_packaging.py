@@ -28,6 +28,7 @@ def _public_modules() -> list[Path]:
     ]
 
 
+@pytest.mark.slow
 def test_public_modules_declare_their_names():
     missing = [str(p.relative_to(ROOT)) for p in _public_modules()
                if not any(isinstance(node, (ast.Assign, ast.AnnAssign)) and "__all__" in ast.unparse(node).split("=")[0]
@@ -35,6 +36,7 @@ def test_public_modules_declare_their_names():
     assert not missing, "modules without __all__: " + ", ".join(missing)
 
 
+@pytest.mark.slow
 def test_everything_logs_under_incsched():
     """Module loggers are named after their module (``__name__``, always ``incsched.*``) or
     ``incsched``; nothing logs through the root logger (``logging.info(...)``). A function may look
