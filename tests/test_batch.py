@@ -88,6 +88,7 @@ def test_same_stem_in_three_formats_gets_three_results(tmp_path):
     assert len({it.result_file for it in items}) == 3
 
 
+@pytest.mark.slow
 def test_another_recipe_or_setting_solves_again(two_graphs, tmp_path):
     out = tmp_path / "out"
     files = graph_files(two_graphs)
@@ -161,6 +162,7 @@ def _edit_result(path, **changes):
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit", ["stages", "objective", "status_unknown", "bool_stage", "key"])
 def test_a_stored_result_is_rechecked_before_it_counts(two_graphs, tmp_path, edit):
     out = tmp_path / "out"
@@ -186,6 +188,7 @@ def test_a_stored_result_is_rechecked_before_it_counts(two_graphs, tmp_path, edi
     assert fresh.status == "optimal" and fresh.provenance["batch_key"] == items[0].extra["key"]
 
 
+@pytest.mark.slow
 def test_placement_results_are_rechecked_too(two_graphs, tmp_path):
     out = tmp_path / "out"
     recipe = ProblemRecipe("placement", n_devices=2, bandwidth=1e9)

@@ -39,14 +39,14 @@ def _solving(pid: int) -> dict[int, str]:
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=temp, object_store_memory=100 * 2**20, log_to_driver=False,
-             logging_level="WARNING")
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
+def local_ray(ray_sandbox):
+    with ray_sandbox() as temp:  # a folder of its own, loopback only
+        ray = pytest.importorskip("ray")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=temp, _node_ip_address="127.0.0.1",
+                 object_store_memory=100 * 2**20, log_to_driver=False, logging_level="WARNING")
+        assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+        yield ray
+        ray.shutdown()
 
 
 @pytest.fixture
@@ -67,6 +67,7 @@ def _same(items_a, items_b):
             assert ra.to_json(timing=False) == rb.to_json(timing=False)
 
 
+@pytest.mark.slow  # a Ray starts for the module
 def test_mixed_batch_gives_the_local_engines_results_and_resumes_across_engines(local_ray, mixed_graphs, tmp_path):
     recipe = ProblemRecipe("stage", n_stages=3)
     local = run_batch(graph_files(mixed_graphs), tmp_path / "local", recipe, jobs=1, time_limit=5)
@@ -84,6 +85,7 @@ def test_mixed_batch_gives_the_local_engines_results_and_resumes_across_engines(
     assert [it.outcome for it in changed] == ["failed", "failed", "solved", "solved", "solved"]
 
 
+@pytest.mark.slow  # a Ray starts for the module
 def test_solve_many_carries_keys_progress_and_errors_back(local_ray):
     graph = layered_dag(16, n_layers=4, param_bytes=(0, 1000), out_bytes=(1, 50), seed=4, name="p")
     data = json_bytes(graph_to_dict(graph))
@@ -125,6 +127,7 @@ def test_without_ray_the_engine_says_how_to_install_it(monkeypatch, two_graph_fo
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_package_imports_without_ray():
     code = ("import sys; sys.modules['ray'] = None\n"  # as if not installed
             "import incsched, incsched.batch, incsched.cli\n"
@@ -156,6 +159,7 @@ def two_graph_folder(tmp_path):
     return graph_folder(tmp_path / "graphs", (1, 2), 12, 4)
 
 
+@pytest.mark.slow  # a Ray starts for the module
 def test_cli_batch_on_ray(local_ray, two_graph_folder, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["batch", str(two_graph_folder), "-o", str(out), "--stages", "2", "--time-limit", "5", "--engine", "ray"]) == 0
@@ -166,14 +170,14 @@ def test_cli_batch_on_ray(local_ray, two_graph_folder, tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers")
-def test_ctrl_c_cancels_every_task_and_leaves_no_worker(tmp_path):
+def test_ctrl_c_cancels_every_task_and_leaves_no_worker(tmp_path, ray_env):
     """A real `incsched batch --engine ray` starting its own Ray: Ctrl-C stops it all, exit 130."""
     pytest.importorskip("ray")
     folder = slow_graph_folder(tmp_path / "graphs")
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "incsched.cli", "batch", str(folder), "-o", str(out), "--stages", "8", "--method", "ilp",
             "--time-limit", "60", "--engine", "ray", "--jobs", "2"]
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
+    env = dict(os.environ)  # with ray_env's RAY_TMPDIR (a folder of its own) and loopback only
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
     everything: dict[int, str] = {}
     try:
@@ -193,5 +197,4 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_worker(tmp_path):
         proc.wait()
         for pid in wait_gone(left, 0):
             os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 

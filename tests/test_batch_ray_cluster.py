@@ -18,19 +18,19 @@ pytestmark = pytest.mark.slow  # two Ray nodes start and stop
 
 
 @pytest.fixture(scope="module")
-def two_node_cluster():
-    pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
+def two_node_cluster(ray_sandbox):
+    # a folder of its own (the Ray a test starts without an address too), loopback only
+    with ray_sandbox() as temp:
+        from ray.cluster_utils import Cluster
 
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
-    small = dict(num_cpus=1, object_store_memory=80 * 2**20)
-    cluster = Cluster(initialize_head=True, head_node_args={**small, "resources": {"node_a": 1}, "include_dashboard": False,
-                                                             "temp_dir": temp})
-    nodes = {"node_a": cluster.head_node, "node_b": cluster.add_node(**small, resources={"node_b": 1})}
-    cluster.wait_for_nodes()
-    yield cluster, {name: node.node_id for name, node in nodes.items()}
-    cluster.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
+        small = dict(num_cpus=1, object_store_memory=80 * 2**20, node_ip_address="127.0.0.1")
+        cluster = Cluster(initialize_head=True, head_node_args={**small, "resources": {"node_a": 1}, "include_dashboard": False,
+                                                                 "temp_dir": temp})
+        nodes = {"node_a": cluster.head_node, "node_b": cluster.add_node(**small, resources={"node_b": 1})}
+        cluster.wait_for_nodes()
+        assert cluster.address.startswith("127.0.0.1:")
+        yield cluster, {name: node.node_id for name, node in nodes.items()}
+        cluster.shutdown()
 
 
 def test_a_batch_runs_on_both_nodes_of_a_cluster(two_node_cluster, tmp_path):

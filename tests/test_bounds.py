@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,7 @@ def capped_stage_instances(draw, max_nodes=6):
     return g, K, weights, capacity, spill
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(capped_stage_instances())
 def test_stage_bound_never_exceeds_the_optimum_with_capacities_and_spill(inst):
@@ -150,6 +152,7 @@ def placement_instances(draw, max_nodes=6):
         return None  # a node fits no device: refused up front, nothing to bound
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(placement_instances())
 def test_placement_bounds_never_exceed_the_brute_force_optimum(p):

@@ -27,6 +27,7 @@ def saved(tmp_path):
     return policy, path
 
 
+@pytest.mark.slow
 def test_round_trip_gives_the_same_policy(saved):
     policy, path = saved
     loaded, meta = load_stage_policy(path)
@@ -100,6 +101,7 @@ def test_weights_that_do_not_fit_the_architecture(saved):
         load_stage_policy(path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not default_stage_checkpoint().exists(), reason="no shipped stage policy")
 def test_shipped_checkpoint_loads_with_weights_only_and_records_its_training():
     policy, meta = load_stage_policy()

@@ -174,6 +174,7 @@ def test_solve_rejects_a_file_that_is_not_a_links_file(small_graph_file, tmp_pat
     assert "not a links file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_solve_starts_inc_ilp_from_the_named_prescheduler(tmp_path, capsys):
     graph = REPO / "data/graphs/resnet18.json.gz"
     result = tmp_path / "r.json"

@@ -239,6 +239,7 @@ def test_convert_to_a_folder(graph_file, tmp_path, capsys):
     fails(["graph", "convert", graph_file, tmp_path / "out.json"], capsys, "out.json: is a folder, not a file")
 
 
+@pytest.mark.slow
 def test_closed_stdout_exits_quietly(graph_file):
     proc = subprocess.Popen([sys.executable, "-m", "incsched.cli", "graph", "info", str(graph_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)

@@ -53,6 +53,7 @@ def assert_valid_coarsening(fine: CompGraph, coarse: CompGraph) -> None:
     assert nx.is_directed_acyclic_graph(coarse.to_networkx())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(random_dags(), st.data())
 def test_quotient_along_a_topological_order_keeps_totals_and_acyclicity(g, data):
@@ -67,6 +68,7 @@ def test_quotient_along_a_topological_order_keeps_totals_and_acyclicity(g, data)
     assert_valid_coarsening(g, q)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(random_dags(), st.data())
 def test_quotient_of_any_grouping_is_acyclic_or_raises(g, data):
@@ -122,6 +124,7 @@ def test_quotient_rejects_wrong_length_and_unknown_names():
         quotient(g, {"a": 0})
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(random_dags())
 def test_fuse_trivial_is_valid_and_folds_single_input_views(g):
@@ -138,6 +141,7 @@ def test_fuse_trivial_is_valid_and_folds_single_input_views(g):
             assert q.in_degree[v] != 1 and q.out_degree[v] != 1
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(random_dags())
 def test_fuse_chains_leaves_no_chain_edge(g):
@@ -147,6 +151,7 @@ def test_fuse_chains_leaves_no_chain_edge(g):
     assert not chain.any()
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(random_dags(), st.data())
 def test_group_by_module_is_valid_and_groups_contiguous_runs(g, data):

@@ -99,6 +99,7 @@ def test_same_seed_same_policies():
         assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [
     lambda: layered_dag(60, mean_in_degree=1.8, skip_prob=0.3, param_bytes=(0, 1000), out_bytes=(0, 500),
                         flops=(0.0, 1e6), ops=("conv2d", "relu", "add", "linear"), seed=1),
@@ -134,6 +135,7 @@ def test_bitwise_equal_with_sources_isolated_nodes_and_multi_edges():
     assert_same_embeddings(pyg, plain, *graph_inputs(cg))
 
 
+@pytest.mark.slow
 @given(n=st.integers(1, 30), m=st.integers(0, 90), seed=st.integers(0, 2**31 - 1),
        hidden=st.sampled_from([4, 8, 32]), n_layers=st.integers(1, 3), scale=st.sampled_from([1e-3, 1.0, 1e3]))
 @settings(max_examples=60, deadline=None)
@@ -160,6 +162,7 @@ def test_bitwise_equal_with_gradients_enabled_and_in_train_mode():
         assert torch.equal(p.grad, grads[name].grad), name
 
 
+@pytest.mark.slow
 def test_embeddings_do_not_depend_on_the_intra_op_thread_count():
     """Deterministic mode must not hang on the caller's ``torch.set_num_threads``: the shipped
     encoder gives the same bits with one thread and with two (a 5,000-node graph, so that the

@@ -164,6 +164,7 @@ def test_objective_range_beyond_cpsat_is_refused_with_the_limit():
     assert stage_lower_bound(p) == 10**6 * 3 * 2**49  # the average stage load
 
 
+@pytest.mark.slow
 def test_capacities_beyond_int64_are_no_constraint():
     g = chain([2**58, 3, 2**58 + 7])
     for cap in (5 * 10**18, 2**63 - 1, 2**70):
@@ -268,6 +269,7 @@ def huge_instances(draw, max_nodes=6, max_stages=3, big_max=2**59):
     return g, K, weights, comm
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(huge_instances())
 def test_lower_bound_never_exceeds_the_brute_force_optimum(inst):

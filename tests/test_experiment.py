@@ -154,6 +154,7 @@ def test_profile_replaces_top_level_keys(tmp_path):
     assert load_experiment(cfg).methods[0].time_limit == 10  # the profile's mistake is the profile's
 
 
+@pytest.mark.slow
 def test_stage_cells_take_the_memory_and_throughput_objectives(tmp_path):
     text = TINY.format(graph_seed=3, ilp_limit=10).replace(
         'kind = "stage"\nstages = [2]',
@@ -180,6 +181,7 @@ def test_shipped_configs_and_their_quick_profiles_check(name):
 # ---------------------------------------------------------------------------- rows and provenance
 
 
+@pytest.mark.slow
 def test_every_row_carries_its_provenance(tiny_run):
     cfg, out, summary = tiny_run
     # 2 graphs x (stage: ilp, contiguous_params; placement: ilp, heft)
@@ -200,6 +202,7 @@ def test_every_row_carries_its_provenance(tiny_run):
     assert all(r["schedule"]["makespan_s"] > 0 for r in rows if r["cell"]["problem"] == "placement")
 
 
+@pytest.mark.slow
 def test_rerun_reuses_rows_only_while_their_key_holds(tiny_run, tmp_path):
     cfg, out, _ = tiny_run
     again = tmp_path / "again"
@@ -219,6 +222,7 @@ def test_rerun_reuses_rows_only_while_their_key_holds(tiny_run, tmp_path):
     assert len(rows) == 8 and stale == 6
 
 
+@pytest.mark.slow
 def test_a_failed_row_is_run_again_and_a_torn_line_is_skipped(tiny_run, tmp_path):
     cfg, out, _ = tiny_run
     again = tmp_path / "again"
@@ -232,6 +236,7 @@ def test_a_failed_row_is_run_again_and_a_torn_line_is_skipped(tiny_run, tmp_path
     assert read_rows(again / ROWS_FILE)[-1]["key"] == rows[0]["key"]
 
 
+@pytest.mark.slow
 def test_a_deterministic_config_reproduces_its_numbers(tiny_run, tmp_path):
     cfg, out, _ = tiny_run
     second = tmp_path / "second"
@@ -285,6 +290,7 @@ def test_report_without_matplotlib_says_how_to_install(tiny_run, monkeypatch, ca
     assert "not an experiment folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_core_and_runner_import_without_matplotlib():
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "import incsched, incsched.cli, incsched.experiment.run, incsched.experiment.report\n"

@@ -111,6 +111,7 @@ def test_split_after_a_module_when_glue_runs_before_the_next(titan, layer_graph)
     _run_pipeline(*titan, spec, stage_runs(layer_graph, stages))
 
 
+@pytest.mark.slow
 def test_solved_layer_results_always_export(titan, layer_graph):
     for K in (2, 3, 4):
         result = solve(StageProblem.peer(layer_graph, n_stages=K), "ilp", time_limit=20)
@@ -200,6 +201,7 @@ def test_stage_table_at_both_granularities(layer_graph, op_capture):
     assert op_table["granularity"] == "op" and "modules" not in op_table["stages"][0] and op_table["stages"][1]["nodes"] == []
 
 
+@pytest.mark.slow
 def test_pipeline_stages_of_an_op_level_result(titan, op_capture, tmp_path):
     model, inputs = titan
     result = solve(StageProblem.peer(op_capture.graph, n_stages=3), "ilp", time_limit=20)
@@ -256,6 +258,7 @@ def test_cli_export(layer_graph, op_capture, tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "an op-level result has no split points" in err and "inside module '" in err
 
 
+@pytest.mark.slow
 def test_cli_exports_pipeline_stages_of_an_op_level_result(tmp_path, capsys):
     factory = tmp_path / "tiny.py"
     factory.write_text(

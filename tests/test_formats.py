@@ -140,6 +140,7 @@ def test_gml_write_is_deterministic(tmp_path, sample_graph):
     assert (tmp_path / "a.gml.gz").read_bytes() == (tmp_path / "b.gml.gz").read_bytes()
 
 
+@pytest.mark.slow
 @given(st.lists(st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), min_size=1, max_size=6), min_size=1, max_size=6, unique=True), st.data())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_gml_round_trip_any_names(tmp_path, names, data):
@@ -257,6 +258,7 @@ README_TABLE = {
 ICML24_FILES = sorted(ICML24.glob("*.gml")) if ICML24.is_dir() else []
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ICML24_FILES, reason=f"ICML'24 peer files not found at {ICML24}")
 @pytest.mark.parametrize("path", ICML24_FILES, ids=lambda p: p.stem)
 def test_icml24_files_match_readme_table(path):
@@ -275,6 +277,7 @@ def test_icml24_files_match_readme_table(path):
     assert g.edge_bytes.max() <= 50000
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ICML24_FILES, reason=f"ICML'24 peer files not found at {ICML24}")
 @pytest.mark.parametrize("stem", ["rand_graph_1000_1", "rand_graph_sparse_1000_2"])
 def test_icml24_agrees_with_networkx(stem):
@@ -304,6 +307,7 @@ def test_csv_round_trip(tmp_path, sample_graph):
 _NAME_TEXT = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), min_size=1, max_size=6)
 
 
+@pytest.mark.slow
 @given(st.lists(_NAME_TEXT.map(str.strip).filter(bool), min_size=1, max_size=6, unique=True), st.data())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_csv_round_trip_any_values(tmp_path, names, data):

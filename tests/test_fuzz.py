@@ -1363,12 +1363,14 @@ def test_solve_optimal_is_the_brute_force_optimum(case):
         assert out.result["status"] in ("optimal", "infeasible"), out.result["status"]
 
 
+@pytest.mark.slow
 @fuzz(200)
 @given(placement_oracle_cases())
 def test_placement_optimal_is_the_brute_force_optimum(case):
     assert_sound(case)
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(extreme_api_cases())
 def test_api_extreme_values_give_a_result_or_a_clear_error(case):
@@ -1405,6 +1407,7 @@ def test_a_run_case_captures_an_escaping_exception(monkeypatch):
     assert judge(Case("cli"), out)[0] == "traceback" and "planted" in out.escaped
 
 
+@pytest.mark.slow
 @fuzz(30)
 @given(all_cases)
 def test_every_generator_yields_runnable_cases(case):
@@ -1435,6 +1438,7 @@ def test_solve_refuses_a_seed_cpsat_cannot_take(seed):
         assert_sound(Case("api", api=api))
 
 
+@pytest.mark.slow  # asserts a time: refused within 5 s
 def test_a_huge_stage_count_is_refused_not_allocated():
     # --stages 10**7 on a 4-node graph ran for minutes past --time-limit 5; 2**53 + 1 ran out of memory.
     spec = {"names": ["a", "b", "c", "d"], "edges": [(0, 1, 1), (1, 2, 1), (2, 3, 1)], "params": [1, 2, 3, 4], "out_bytes": [1, 1, 1, 0]}

@@ -33,6 +33,7 @@ def assert_dag(g: CompGraph) -> None:
 # ---------------------------------------------------------------------- layered_dag
 
 
+@pytest.mark.slow
 @given(
     n=st.integers(1, 120),
     layers_frac=st.floats(0.05, 1.0),
@@ -142,6 +143,7 @@ def test_respect_like(n):
 
 # Statistics measured on the 18 peer files (see icml24_like's docstring); the ranges are a little
 # wider than the files' own spread, since one synthetic draw varies too.
+@pytest.mark.slow
 @pytest.mark.parametrize("n, sparse, edges_per_node, depth_range", [(949, False, (2.85, 3.0), (12, 20)), (810, True, (1.15, 1.3), (5, 11)), (9432, False, (2.88, 2.98), (15, 24))])
 def test_icml24_like_statistics(n, sparse, edges_per_node, depth_range):
     g = icml24_like(n, sparse=sparse, seed=11)

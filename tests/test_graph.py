@@ -202,6 +202,7 @@ def test_empty_graph():
 # ---------------------------------------------------------------------- orders and levels
 
 
+@pytest.mark.slow
 @given(random_dags())
 @settings(max_examples=80, deadline=None)
 def test_topological_order_puts_every_edge_forward(case):
@@ -213,6 +214,7 @@ def test_topological_order_puts_every_edge_forward(case):
     assert np.all(pos[g.src] < pos[g.dst])
 
 
+@pytest.mark.slow
 @given(random_dags())
 @settings(max_examples=80, deadline=None)
 def test_asap_alap_levels(case):
@@ -254,6 +256,7 @@ def test_depth_first_order_finishes_a_branch_first():
     assert g.topological_order(depth_first=True).tolist() == [0, 1, 3, 2]
 
 
+@pytest.mark.slow
 @given(random_dags())
 @settings(max_examples=60, deadline=None)
 def test_csr_matches_edges(case):
@@ -280,6 +283,7 @@ def _path_weight(g: CompGraph, path: list[str], node_w, edge_w) -> float:
     return total
 
 
+@pytest.mark.slow
 @given(random_dags())
 @settings(max_examples=80, deadline=None)
 def test_longest_path_unweighted_vs_networkx(case):
@@ -289,6 +293,7 @@ def test_longest_path_unweighted_vs_networkx(case):
     assert _path_weight(g, path, None, None) == length
 
 
+@pytest.mark.slow
 @given(random_dags())
 @settings(max_examples=80, deadline=None)
 def test_longest_path_edge_weights_vs_networkx(case):
@@ -301,6 +306,7 @@ def test_longest_path_edge_weights_vs_networkx(case):
     assert _path_weight(g, path, None, edge_w) == pytest.approx(length)
 
 
+@pytest.mark.slow
 @given(random_dags())
 @settings(max_examples=80, deadline=None)
 def test_longest_path_node_and_edge_weights_vs_networkx(case):
@@ -361,6 +367,7 @@ def _canonical(g: CompGraph):
     return g.replace(src=g.src[order], dst=g.dst[order], edge_bytes=g.edge_bytes[order])
 
 
+@pytest.mark.slow
 @given(random_dags(), st.booleans(), st.booleans())
 @settings(max_examples=40, deadline=None)
 def test_networkx_round_trip(case, with_times, with_members):
@@ -405,6 +412,7 @@ def test_summary_counts():
 # ---------------------------------------------------------------------- scale
 
 
+@pytest.mark.slow
 def test_100k_node_graph_builds_and_validates():
     rng = np.random.default_rng(0)
     n = 100_000

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import layout
 
 PACKAGES = ("incsched",)
@@ -166,6 +168,7 @@ def _cycle_in(graph: dict[str, set[str]], comp: set[str]) -> list[str]:
     raise AssertionError(f"no cycle through {start} in its component")
 
 
+@pytest.mark.slow
 def test_every_module_is_parsed():
     modules = _modules()
     assert "incsched.problems" in modules and "incsched.solvers.cpsat.placement" in modules
@@ -179,6 +182,7 @@ def test_no_import_circles():
     assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+@pytest.mark.slow
 def test_solvers_import_only_problem_and_answer_types_from_incsched():
     explicit, _ = import_graph()
     bad = {

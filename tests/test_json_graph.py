@@ -60,6 +60,7 @@ def graphs(draw):
     )
 
 
+@pytest.mark.slow
 @given(graphs(), st.sampled_from([".json", ".json.gz"]))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_round_trip_through_files(tmp_path, schema, g, suffix):
@@ -71,6 +72,7 @@ def test_round_trip_through_files(tmp_path, schema, g, suffix):
     validate(json.loads(gzip.decompress(path.read_bytes()) if suffix.endswith(".gz") else path.read_bytes()), schema)
 
 
+@pytest.mark.slow
 @given(graphs())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_equal_graphs_give_identical_bytes(tmp_path, g):

@@ -55,6 +55,7 @@ def test_limits_must_be_positive_integers(bad):
         InputLimits(max_json_depth=5000)
 
 
+@pytest.mark.slow  # asserts a time: refused within 2 s
 def test_gzip_bomb_is_refused_quickly_with_bounded_memory(tmp_path):
     bomb = tmp_path / "bomb.json.gz"
     _gzip_of_zeros(bomb, 64 << 20)  # 64 MiB of zeros in about 64 KiB

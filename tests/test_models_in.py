@@ -76,6 +76,7 @@ def state_bytes(model: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 
+@pytest.mark.slow
 def test_factory_by_module_and_by_path(factory_file):
     loaded = from_factory("tiny_models:make")
     assert loaded.name == "make" and loaded.source == "factory" and loaded.example_inputs[0].shape == (2, 8)
@@ -161,6 +162,7 @@ def exported_file(tmp_path, factory_file):
     return path, loaded
 
 
+@pytest.mark.slow
 def test_exported_program_captures_like_the_model_it_came_from(exported_file):
     path, original = exported_file
     loaded = from_exported(path)
@@ -191,6 +193,7 @@ def test_bad_exported_programs_are_one_line(tmp_path, exported_file):
     assert "more than the limit of 1,000 (set INCSCHED_MAX_FILE_BYTES" in str(err.value)
 
 
+@pytest.mark.slow
 def test_cli_captures_a_factory_and_an_exported_program(tmp_path, exported_file, capsys):
     path, _ = exported_file
     assert main(["graph", "capture", "--model", "tiny_models:make", "-o", str(tmp_path / "f.json")]) == 0

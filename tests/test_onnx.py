@@ -132,6 +132,7 @@ def test_without_the_onnx_package_the_error_says_how_to_install_it(tmp_path, mon
     assert str(err.value) == f"{path}: reading ONNX needs the onnx package: pip install 'incsched[onnx]'"
 
 
+@pytest.mark.slow
 def test_the_core_package_and_cli_import_without_onnx():
     code = ("import sys; sys.modules['onnx'] = None; import incsched, incsched.formats, incsched.cli, incsched.graph; "
             "assert 'incsched.formats.onnx' not in sys.modules; print('ok')")

@@ -37,6 +37,7 @@ def test_the_wheel_lists_every_package_folder():
     assert all(name == "incsched" or name.startswith("incsched.") for name in listed)
 
 
+@pytest.mark.slow
 def test_public_modules_declare_their_names():
     missing = [str(p.relative_to(ROOT)) for p in _public_modules()
                if not any(isinstance(node, (ast.Assign, ast.AnnAssign)) and "__all__" in ast.unparse(node).split("=")[0]
@@ -44,6 +45,7 @@ def test_public_modules_declare_their_names():
     assert not missing, "modules without __all__: " + ", ".join(missing)
 
 
+@pytest.mark.slow
 def test_everything_logs_under_incsched():
     """Module loggers are named after their module (``__name__``, always ``incsched.*``) or
     ``incsched``; nothing logs through the root logger (``logging.info(...)``). A function may look

@@ -35,6 +35,7 @@ def problems(draw, max_nodes=14):
         assume(False)
 
 
+@pytest.mark.slow
 @given(problems(), st.sampled_from(sorted(PLACEMENT_BASELINES)))
 @settings(max_examples=80, deadline=None)
 def test_baselines_are_precedence_feasible(p, name):

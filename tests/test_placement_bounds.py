@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -150,12 +151,14 @@ def test_no_edges_and_one_device():
 # ---------------------------------------------------------------------- against brute force and proven optima
 
 
+@pytest.mark.slow
 @given(problems(max_nodes=5, max_devices=3))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_family_below_brute_force(p):
     assert_below(p, brute_force_makespan(p))
 
 
+@pytest.mark.slow
 @given(problems(max_nodes=8, max_devices=4, hetero=False))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_family_below_proven_optimum_identical(p):
@@ -164,6 +167,7 @@ def test_every_family_below_proven_optimum_identical(p):
     assert_below(p, int(out.objective))
 
 
+@pytest.mark.slow
 @given(problems(max_nodes=8, max_devices=3, hetero=True))
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_family_below_proven_optimum_heterogeneous(p):
@@ -172,6 +176,7 @@ def test_every_family_below_proven_optimum_heterogeneous(p):
     assert_below(p, int(out.objective))
 
 
+@pytest.mark.slow  # asserts a time: the bound within 5 s
 def test_generated_graph_bound_below_a_schedule_and_fast():
     import time
 
@@ -210,6 +215,7 @@ def assert_heads_hold(p, sched, head, tail):
         assert int(sched.makespan) - int(sched.end[v]) >= tail[v], f"node {v}: tail {tail[v]} too long"
 
 
+@pytest.mark.slow
 @given(scheduled())
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_heads_and_tails_hold_in_any_schedule(case):
@@ -228,6 +234,7 @@ def test_heads_and_tails_hold_in_any_schedule(case):
     assert placement_lower_bound(p) <= sched.makespan
 
 
+@pytest.mark.slow
 @given(scheduled(max_nodes=9, max_devices=3))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_window_heads_hold_in_any_schedule(case):
@@ -243,6 +250,7 @@ def test_window_heads_hold_in_any_schedule(case):
     assert_heads_hold(p, sched, info["head"], info["tail"])
 
 
+@pytest.mark.slow
 @given(problems(max_nodes=5, max_devices=3))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_cpsat_strengthened_bound_below_brute_force(p):
@@ -252,6 +260,7 @@ def test_cpsat_strengthened_bound_below_brute_force(p):
     assert placement_lower_bound(p) <= bound <= brute_force_makespan(p), info
 
 
+@pytest.mark.slow
 def test_windows_see_that_sharing_is_transitive():
     # A 2x2-tiled two-layer FFNN on 4 devices, transfers about twice a matmul: the per-node rule
     # lets every sum keep both its matmuls local; a window of the layer sees that this puts both
@@ -269,6 +278,7 @@ def test_windows_see_that_sharing_is_transitive():
         assert strong <= out.objective
 
 
+@pytest.mark.slow
 def test_cpsat_bound_reproducible():
     from incsched.generators import bandwidth_for_comm_ratio, transformer_block
     from incsched.inc_ilp.exact_bounds import placement_bound_cpsat

@@ -46,6 +46,7 @@ def test_fork_hand_computed():
     assert out.info["order"] and sorted(sum(out.info["order"], [])) == [0, 1, 2]
 
 
+@pytest.mark.slow
 @given(problems(max_nodes=5, max_devices=2))
 @settings(max_examples=30, deadline=None)
 def test_optimum_matches_brute_force(p):
@@ -54,6 +55,7 @@ def test_optimum_matches_brute_force(p):
     assert out.objective == brute_force_makespan(p)
 
 
+@pytest.mark.slow
 @given(problems())
 @settings(max_examples=40, deadline=None)
 def test_simulator_reproduces_the_solved_makespan(p):
@@ -69,6 +71,7 @@ def test_simulator_reproduces_the_solved_makespan(p):
     assert out.objective <= best
 
 
+@pytest.mark.slow
 @given(problems(max_nodes=10, max_devices=3))
 @settings(max_examples=12, deadline=None)
 def test_hinted_is_never_worse_than_the_hint(p):
@@ -97,6 +100,7 @@ def _random_dag(n, seed, D=4, ratio_bytes=200):
     return PlacementProblem.identical(g, D, bandwidth=20.0, time_unit=1.0)
 
 
+@pytest.mark.slow
 def test_deterministic_mode_gives_identical_results():
     p = _random_dag(25, seed=1)
     settings_ = SolverSettings(time_limit=5.0, max_deterministic_time=0.5)

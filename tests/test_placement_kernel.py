@@ -107,6 +107,7 @@ def _assert_same_decode(problem, heads, rows, r, ref, strict=True):
 STRICT = {name for name in PROBLEMS if "_d3" not in name}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_greedy_rows_equal_the_numpy_decode(name, policy):
@@ -190,6 +191,7 @@ def test_sampled_rows_need_an_rng_and_restricted_memory_is_refused():
         decode_rows(p, POLICIES["random_small"].numpy_heads(p), np.array([True]))
 
 
+@pytest.mark.slow
 @given(problems(max_nodes=14, min_nodes=0, matrix_links=True), st.integers(0, 3), st.integers(0, 2**32 - 1))
 @settings(max_examples=40, deadline=None)
 def test_kernel_matches_the_numpy_decode_on_random_problems(p, policy_seed, seed):

@@ -127,6 +127,7 @@ def test_segment_bound_sees_that_splitting_a_fork_costs_transfers():
     assert solve_cpsat(p, EXACT).objective == 22
 
 
+@pytest.mark.slow
 @given(fork_joins(max_width=3, max_blocks=1))
 @settings(max_examples=20, deadline=None)
 def test_segment_bound_never_exceeds_the_optimum(p):
@@ -140,6 +141,7 @@ def test_segment_bound_never_exceeds_the_optimum(p):
         assert bound <= simulate(p, schedule_assignment(p, device)).makespan
 
 
+@pytest.mark.slow
 @given(fork_joins(max_width=2, max_blocks=2))
 @settings(max_examples=15, deadline=None)
 def test_inc_ilp_segment_bound_is_valid_for_the_whole_graph(p):
@@ -150,6 +152,7 @@ def test_inc_ilp_segment_bound_is_valid_for_the_whole_graph(p):
     assert r.status != "optimal" or r.objective == out.objective
 
 
+@pytest.mark.slow  # clock-bound solves (time_limit=3.0): under load the bound comes from another phase
 def test_inc_ilp_on_a_transformer_reports_the_segment_bound():
     p = transformer_problem(heads=2, ffn_tiles=2)
     r = solve(p, "inc-ilp", time_limit=3.0)
@@ -160,6 +163,7 @@ def test_inc_ilp_on_a_transformer_reports_the_segment_bound():
     assert again.objective == r.objective and again.device == r.device
 
 
+@pytest.mark.slow
 def test_inc_ilp_segment_phase_runs_the_decision_proofs():
     p = transformer_problem(heads=2, ffn_tiles=2)
     r = solve(p, "inc-ilp", time_limit=3.0)
@@ -171,6 +175,7 @@ def test_inc_ilp_segment_phase_runs_the_decision_proofs():
 # ---------------------------------------------------------------------- the segment decision model (proofs)
 
 
+@pytest.mark.slow
 @given(fork_joins(max_width=3, max_blocks=1))
 @settings(max_examples=20, deadline=None)
 def test_segment_decision_refutes_only_what_is_below_the_optimum(p):
@@ -180,6 +185,7 @@ def test_segment_decision_refutes_only_what_is_below_the_optimum(p):
     assert segment_decision(p, int(opt.objective) - 1, EXACT) != "feasible"
 
 
+@pytest.mark.slow
 def test_segment_decision_on_identical_branches_and_twins():
     # s -> two identical branches (a -> b) plus twin leaves c, c' -> t: symmetry breaking in use.
     p = problem_of(8, [(0, 1), (1, 2), (0, 3), (3, 4), (0, 5), (0, 6), (2, 7), (4, 7), (5, 7), (6, 7)],
@@ -192,6 +198,7 @@ def test_segment_decision_on_identical_branches_and_twins():
                                           "wall_capped": False}
 
 
+@pytest.mark.slow  # solves cut by the wall clock
 def test_segment_proofs_say_when_the_wall_clock_cut_a_deterministic_run():
     # A deterministic run stopped by the wall clock may not repeat: every probe must say so, and
     # an undecided probe proves nothing beyond the bound it was given.
@@ -208,6 +215,7 @@ def test_segment_decision_declines_unsupported_shapes():
     assert segment_decision(two_sinks, 100, EXACT) == "unknown"
 
 
+@pytest.mark.slow
 def test_segment_proof_bound_beats_the_relaxation_on_a_transformer_mlp():
     p = transformer_problem(heads=2, ffn_tiles=3)
     nodes = max(segments(p), key=len)

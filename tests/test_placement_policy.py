@@ -60,6 +60,7 @@ def _policy(seed=0):
     return PlacementPolicy(PolicyConfig(hidden=16, n_layers=1, head_hidden=8))
 
 
+@pytest.mark.slow
 @given(problems(), st.booleans(), st.integers(0, 3))
 @settings(max_examples=25, deadline=None)
 def test_decoding_is_executable_and_matches_the_simulator(p, greedy, seed):
@@ -75,6 +76,7 @@ def test_decoding_is_executable_and_matches_the_simulator(p, greedy, seed):
         assert f.shape == (p.n_devices, len(PLC_FEATURES)) and np.all(np.isfinite(f))
 
 
+@pytest.mark.slow
 @given(problems(), st.booleans(), st.integers(0, 3))
 @settings(max_examples=25, deadline=None)
 def test_fast_inference_path_decodes_like_the_recording_path(p, greedy, seed):
@@ -87,6 +89,7 @@ def test_fast_inference_path_decodes_like_the_recording_path(p, greedy, seed):
     assert simulate(p, fast.placement, "ordered").makespan == fast.makespan
 
 
+@pytest.mark.slow
 @given(problems(), st.sampled_from([critical_path_list, heft]))
 @settings(max_examples=25, deadline=None)
 def test_teacher_forcing_replays_a_schedule_no_later(p, teacher):

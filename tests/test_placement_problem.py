@@ -259,6 +259,7 @@ def test_identical_devices_match_the_pairwise_definition(seed):
     del it
 
 
+@pytest.mark.slow  # asserts a time: within 5 s
 def test_identical_devices_are_fast_for_many_devices():
     import time as _time
 

@@ -145,6 +145,7 @@ def _check_feasible(p, s):
     assert s.makespan >= p.lower_bound_ticks()
 
 
+@pytest.mark.slow
 @given(placed_problems())
 @settings(max_examples=60, deadline=None)
 def test_ordered_is_feasible_semi_active_and_keeps_the_order(case):
@@ -165,6 +166,7 @@ def test_ordered_is_feasible_semi_active_and_keeps_the_order(case):
     assert simulate(p, s.to_placement(), "timed").makespan == s.makespan
 
 
+@pytest.mark.slow
 @given(placed_problems())
 @settings(max_examples=60, deadline=None)
 def test_fcfs_is_feasible_and_work_conserving(case):

@@ -29,6 +29,7 @@ def placement_problem():
     return PlacementProblem.identical(g, 3, bandwidth=1e8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["inc-ilp", "ilp", "ilp-hinted"])
 def test_stage_methods_agree_on_the_proven_optimum(stage_problem, method):
     r = solve(stage_problem, method, time_limit=20)
@@ -48,6 +49,7 @@ def test_baseline_result_is_evaluated_and_bounded(stage_problem):
         assert r.gap > 0
 
 
+@pytest.mark.slow
 def test_deterministic_results_are_byte_identical(stage_problem):
     # Bounded by work, not by the clock: the rule holds whatever the machine's load.
     a = solve(stage_problem, "inc-ilp", time_limit=120, work_limit=5, seed=7)
@@ -57,6 +59,7 @@ def test_deterministic_results_are_byte_identical(stage_problem):
     assert dump(a) == dump(b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["stage_problem", "placement_problem"])
 def test_results_started_from_the_learned_policy_are_byte_identical(which, request):
     # The compiled decoders and their seeded samples must repeat exactly, or "rl" breaks
@@ -69,6 +72,7 @@ def test_results_started_from_the_learned_policy_are_byte_identical(which, reque
     assert runs[0].provenance["steps"][0] == {**runs[0].provenance["steps"][0], "prescheduler": "rl"}
 
 
+@pytest.mark.slow  # clock-bound solves (time_limit=0.01)
 def test_tiny_time_limit_never_claims_more_than_proven():
     g = layered_dag(300, n_layers=12, mean_in_degree=2.5, param_bytes=(0, 5000), out_bytes=(0, 100), seed=11)
     p = StageProblem.peer(g, n_stages=8, alpha=100)
@@ -89,6 +93,7 @@ def test_infeasible_capacity_is_reported_with_the_node():
     assert r.status == "infeasible" and "huge" in r.reason and r.stages is None
 
 
+@pytest.mark.slow
 def test_result_json_round_trip(stage_problem, tmp_path):
     r = solve(stage_problem, "inc-ilp", time_limit=5)
     path = tmp_path / "r.json"
@@ -96,6 +101,7 @@ def test_result_json_round_trip(stage_problem, tmp_path):
     assert Result.load(path) == r
 
 
+@pytest.mark.slow
 def test_solver_disagreement_is_caught(stage_problem, monkeypatch):
     import incsched.inc_ilp.stage as pipeline
 
@@ -124,6 +130,7 @@ def test_unknown_method_is_rejected(stage_problem):
         solve(stage_problem, "simulated-annealing")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize(
     "weights",

@@ -80,6 +80,7 @@ def band_path():
     return Tuning(stage_band_min_pairs=0, stage_band_work=0.2)
 
 
+@pytest.mark.slow
 def test_band_search_improves_the_incumbent_and_claims_nothing_unproven(band_path):
     p = _peer(80, 4, seed=5)
     incumbent = evaluate_stages(p, best_baseline(p)[1]).objective
@@ -95,6 +96,7 @@ def test_band_search_improves_the_incumbent_and_claims_nothing_unproven(band_pat
         assert r.status == "feasible"  # bands never make a window optimum
 
 
+@pytest.mark.slow
 def test_rebalance_brings_the_peak_near_the_average(band_path):
     p = _peer(150, 4, seed=9, share=0.6)
     average = -(-int(p.graph.param_bytes.sum()) // 4)
@@ -106,6 +108,7 @@ def test_rebalance_brings_the_peak_near_the_average(band_path):
     assert r.terms["mem_peak"] <= average + record["mem_excess"]
 
 
+@pytest.mark.slow
 def test_band_search_is_byte_identical_in_deterministic_mode(band_path):
     p = _peer(80, 4, seed=3)
     a = solve(p, "inc-ilp", time_limit=60, work_limit=1, seed=3, tuning=band_path)

@@ -17,6 +17,7 @@ from incsched.graph import CompGraph
 from incsched.problems.stage import ObjectiveWeights, StageProblem
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STAGE_BASELINES))
 @given(problem=stage_instances(max_nodes=14, max_stages=5), seed=st.integers(0, 3))
 @settings(max_examples=30, deadline=None)
@@ -28,6 +29,7 @@ def test_every_baseline_is_precedence_feasible(name, problem, seed):
     assert np.all(stages[g.src] <= stages[g.dst])
 
 
+@pytest.mark.slow
 @given(params=st.lists(st.integers(0, 50), min_size=1, max_size=9), K=st.integers(1, 4))
 @settings(max_examples=60, deadline=None)
 def test_contiguous_params_is_optimal_for_mem_peak_on_chains(params, K):
@@ -42,6 +44,7 @@ def test_contiguous_params_is_optimal_for_mem_peak_on_chains(params, K):
     assert evaluate_stages(p, contiguous_params(p)).mem_peak == best
 
 
+@pytest.mark.slow
 @given(stage_instances(max_nodes=14, max_stages=5, capacity=False))
 @settings(max_examples=40, deadline=None)
 def test_pipedream_dp_never_worse_than_contiguous_params_on_the_peer_objective(problem):

@@ -71,6 +71,7 @@ def others(problem: StageProblem):
     return sum((w[t] * terms[t] for t in ("compute_peak", "spill")), Fraction(0))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems, data=st.data())
 def test_ranges_peak_and_crossings_hold_for_every_assignment(problem, data):
@@ -93,6 +94,7 @@ def test_ranges_peak_and_crossings_hold_for_every_assignment(problem, data):
         assert peak_lower_bound(problem, cl) <= min(max(r[1]) for r in rows)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems, data=st.data())
 def test_proof_bound_never_exceeds_the_optimum_and_keeps_every_answer_as_good(problem, data):
@@ -111,6 +113,7 @@ def test_proof_bound_never_exceeds_the_optimum_and_keeps_every_answer_as_good(pr
                 assert all(pb.ranges[0][v] <= x <= pb.ranges[1][v] for v, x in enumerate(s))
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems)
 def test_inc_ilp_with_the_reductions_proves_the_brute_force_optimum(problem):
@@ -131,6 +134,7 @@ def test_chain_peak_bound_is_the_linear_partition_optimum():
     assert pb.lower_bound == 12  # peak 11 plus the one crossing every 2-stage split of the chain pays
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, K", [("resnet18", 4), ("vgg16", 8), ("resnet50", 2)])
 def test_inc_ilp_proves_the_plain_models_optimum_on_shipped_graphs(name, K):
     p = StageProblem.peer(load_graph(shipped_graph_path(name)), K, alpha=1)

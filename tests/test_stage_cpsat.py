@@ -32,6 +32,7 @@ def brute_force_optimum(problem: StageProblem) -> float | None:
     return best
 
 
+@pytest.mark.slow
 @given(stage_instances(max_nodes=7, max_stages=3))
 @settings(max_examples=25, deadline=None)
 def test_optimum_matches_brute_force_and_evaluator(problem):
@@ -48,6 +49,7 @@ def test_optimum_matches_brute_force_and_evaluator(problem):
     assert out.bound == pytest.approx(expected)
 
 
+@pytest.mark.slow
 @given(problem=stage_instances(min_nodes=4, max_nodes=12), data=st.data())
 @settings(max_examples=20, deadline=None)
 def test_window_is_respected_and_hint_accepted(problem, data):
@@ -66,6 +68,7 @@ def test_window_is_respected_and_hint_accepted(problem, data):
     assert out.objective >= solve_stage(problem, FAST).objective - 1e-9
 
 
+@pytest.mark.slow  # clock-bound solves (time_limit=0.3)
 def test_deterministic_mode_repeats_exactly():
     rng = np.random.default_rng(3)
     n = 60

@@ -105,6 +105,7 @@ def reference_terms(problem: StageProblem, stages) -> dict:
     return dict(mem_peak=max(mem), comm_total=total, comm_peak=max(crossing, default=0), compute_peak=max(ticks), spill=spill)
 
 
+@pytest.mark.slow
 @given(data=st.data(), problem=stage_instances())
 @settings(max_examples=60, deadline=None)
 def test_evaluator_agrees_with_loop_reference(data, problem):

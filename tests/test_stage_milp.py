@@ -16,6 +16,7 @@ from incsched.solvers.milp.stage import available_backends, solve_stage_milp
 FAST = SolverSettings(time_limit=20.0, deterministic=True)
 
 
+@pytest.mark.slow
 @given(stage_instances(min_nodes=6, max_nodes=15, max_stages=4))
 @settings(max_examples=12, deadline=None)
 def test_cbc_and_cpsat_agree_on_the_optimum(problem):

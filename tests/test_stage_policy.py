@@ -41,6 +41,7 @@ def untrained(seed: int) -> StagePolicy:
     return policy
 
 
+@pytest.mark.slow
 @given(problem=stage_instances(max_nodes=16, max_stages=6, capacity=False), seed=st.integers(0, 5), greedy=st.booleans())
 @settings(max_examples=60, deadline=None)
 def test_masked_decoding_never_violates_precedence(problem, seed, greedy):
@@ -53,6 +54,7 @@ def test_masked_decoding_never_violates_precedence(problem, seed, greedy):
     assert np.all((d.confidence > 0) & (d.confidence <= 1 + 1e-12))
 
 
+@pytest.mark.slow
 @given(n=st.integers(2, 40), K=st.integers(2, 9), seed=st.integers(0, 50))
 @settings(max_examples=25, deadline=None)
 def test_sequential_decoder_matches_batched_log_probs(n, K, seed):
@@ -70,6 +72,7 @@ def test_sequential_decoder_matches_batched_log_probs(n, K, seed):
     assert abs(chosen.sum() - d.log_prob) < 1e-3 * max(1.0, abs(d.log_prob))
 
 
+@pytest.mark.slow
 @given(problem=st.one_of(stage_instances(max_nodes=16, max_stages=6, capacity=False), stage_instances(max_nodes=12, max_stages=4)),
        seed=st.integers(0, 5), temperature=st.sampled_from([0.3, 1.0, 3.0]))
 @settings(max_examples=40, deadline=None)
@@ -83,6 +86,7 @@ def test_batched_samples_never_violate_precedence(problem, seed, temperature):
     assert np.all(log_prob <= 1e-9)
 
 
+@pytest.mark.slow
 @given(n=st.integers(2, 40), K=st.integers(2, 9), seed=st.integers(0, 50))
 @settings(max_examples=15, deadline=None)
 def test_batched_samples_follow_the_trained_distribution(n, K, seed):
@@ -143,6 +147,7 @@ def test_decode_order_is_topological():
     assert np.all(pos[g.src] < pos[g.dst])
 
 
+@pytest.mark.slow
 @given(problem=stage_instances(max_nodes=14, max_stages=5, capacity=False), seed=st.integers(0, 5))
 @settings(max_examples=30, deadline=None)
 def test_recut_is_never_worse(problem, seed):

@@ -168,6 +168,7 @@ def test_automatic_time_unit_gives_at_least_a_million_ticks(scale, n, speed):
     assert np.abs(p.node_ticks[:, 0] - expected).max() <= 0.5 + 1e-6
 
 
+@pytest.mark.slow
 @given(stage_instances())
 @settings(max_examples=25, deadline=None)
 def test_json_round_trip(tmp_path_factory, problem):

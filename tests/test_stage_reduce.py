@@ -75,6 +75,7 @@ def branchy_instances(draw):
 problems = st.one_of(stage_instances(max_nodes=6, max_stages=3), peer_instances(), branchy_instances())
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems)
 def test_some_optimum_keeps_every_rule_and_apply_never_costs_more(problem):
@@ -91,6 +92,7 @@ def test_some_optimum_keeps_every_rule_and_apply_never_costs_more(problem):
         assert ev.feasible and ev.objective <= value and red.holds(t), (s, t.tolist(), red)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems)
 def test_cpsat_under_the_rules_finds_the_brute_force_optimum(problem):

@@ -81,6 +81,7 @@ def brute_force(problem: StageProblem):
     return best
 
 
+@pytest.mark.slow
 @given(problem=pipeline_problems(), data=st.data())
 @settings(max_examples=60, deadline=None)
 def test_evaluator_matches_the_written_model(problem, data):
@@ -97,6 +98,7 @@ def test_evaluator_matches_the_written_model(problem, data):
     assert ev.throughput == (pytest.approx(1.0 / ev.stage_time_peak_s) if ev.stage_time_peak_s > 0 else math.inf)
 
 
+@pytest.mark.slow
 @given(pipeline_problems(max_nodes=6))
 @settings(max_examples=30, deadline=None)
 def test_cpsat_optimum_and_bound_match_brute_force(problem):
@@ -112,6 +114,7 @@ def test_cpsat_optimum_and_bound_match_brute_force(problem):
     assert stage_term_bounds(problem)["stage_time_peak"] <= best
 
 
+@pytest.mark.slow
 @given(pipeline_problems(max_nodes=6))
 @settings(max_examples=15, deadline=None)
 def test_solve_certifies_the_brute_force_optimum(problem):
@@ -229,6 +232,7 @@ def contiguous_optimum(problem: StageProblem, order) -> int | None:
     return best
 
 
+@pytest.mark.slow
 @given(pipeline_problems(max_nodes=8, max_stages=4))
 @settings(max_examples=60, deadline=None)
 def test_pipeline_dp_is_the_best_contiguous_split(problem):
@@ -244,6 +248,7 @@ def test_pipeline_dp_is_the_best_contiguous_split(problem):
         assert ev.feasible and ev.objective == min(options)
 
 
+@pytest.mark.slow
 @given(pipeline_problems(max_nodes=9, max_stages=4, memory=False))
 @settings(max_examples=30, deadline=None)
 def test_the_published_splits_are_contiguous_and_as_documented(problem):
@@ -325,6 +330,7 @@ def test_loadless_nodes_move_nothing_of_the_pipeline_model():
     assert loadless_nodes(StageProblem.pipeline(g, 2, memory=10**6, time_unit=1e-3)).tolist() == [False, False, True, True]
 
 
+@pytest.mark.slow
 def test_a_hint_of_the_optimum_is_complete_and_kept():
     # Every variable hinted (sends included) from an optimal split: CP-SAT starts from it.
     from incsched.solvers.cpsat.stage import _StageModel
