@@ -124,6 +124,7 @@ def test_a_work_bounded_run_takes_the_policy_by_rule_only():
     assert out["reproducible"] is True
 
 
+@pytest.mark.slow
 def test_below_the_background_limit_the_cold_policy_is_left_out():
     out = _cold(time_limit=2, tuning={"policy_background_min_seconds": 2.5})
     assert any("left out" in s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent")

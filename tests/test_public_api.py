@@ -96,6 +96,7 @@ def test_tuning_is_checked_and_recorded():
         incsched.Tuning.from_json({"band": 1})
 
 
+@pytest.mark.slow
 def test_the_cli_records_the_users_time_limit(tmp_path):
     """The command counts its clock from process start, and the result records the limit the user
     gave (it recorded what was left after start-up: 58.62, then 58.57)."""

@@ -128,7 +128,7 @@ class Context:
         return time.perf_counter() - self.started
 
     def wall_left(self) -> float:
-        return max(self.time_limit - self.tuning.closing_seconds - self.elapsed(), 0.0)
+        return max(self.time_limit - min(self.tuning.closing_seconds, self.time_limit / 4) - self.elapsed(), 0.0)
 
     def work_left(self) -> float:
         if self.work_limit is None:

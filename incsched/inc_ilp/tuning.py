@@ -38,7 +38,8 @@ class Tuning:
 
     # ------------------------------------------------------------------ the run
     #: Wall seconds kept back from the clock for the final re-check and the result (the simulator
-    #: and evaluator take under 50 ms on 1,000 nodes; the rest is margin for a loaded machine).
+    #: and evaluator take under 50 ms on 1,000 nodes; the rest is margin for a loaded machine), at
+    #: most a quarter of the time limit (a limit of 0.2 s must leave its run some time).
     closing_seconds: float = 0.25
     #: Stage models with more nodes skip CP-SAT's presolve probing: on many hundred nodes it adds
     #: about 10^5 clauses and seconds before search starts.
