@@ -43,7 +43,7 @@ RESULTS ?= docs/results
 experiments: $(STAMP)
 	@for e in $(EXPERIMENTS); do \
 		$(VENV)/bin/incsched experiment run $$e --profile quick -o out/experiments/$$e-quick && \
-		$(PY) -m incsched.experiment.report out/experiments/$$e-quick --publish $(RESULTS) || exit 1; \
+		$(VENV)/bin/incsched experiment report out/experiments/$$e-quick --publish $(RESULTS) || exit 1; \
 	done
 
 # Re-capture every shipped graph in data/graphs from the real models (random weights, offline).

@@ -324,6 +324,7 @@ def _parser() -> argparse.ArgumentParser:
     exp_rep = ex.add_parser("report", help="tables (markdown, CSV) and plots (PNG, SVG) from a run folder's rows, without solving")
     exp_rep.add_argument("folder", help="run folder written by incsched experiment run")
     exp_rep.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
+    exp_rep.add_argument("--publish", metavar="DIR", help="also write the results page DIR/NAME.md, its figures and the index (docs/results)")
     exp_rep.set_defaults(run=_experiment_report)
     exl = ex.add_parser("list", help="the shipped experiment configs")
     exl.set_defaults(run=_experiment_list)
@@ -977,7 +978,7 @@ def _experiment_run(args) -> int:
 def _experiment_report(args) -> int:
     from .experiment.report import write_report
 
-    written = write_report(args.folder, plots=not args.no_plots)
+    written = write_report(args.folder, plots=not args.no_plots, publish_to=args.publish)
     for path in written:
         print(path)
     return 0

@@ -18,7 +18,6 @@ import json
 import re
 import shutil
 import statistics
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ __all__ = ["write_report", "publish", "write_index", "CLAIMS", "Claim", "MATPLOT
 MATPLOTLIB_HINT = "plots need matplotlib: pip install 'incsched[experiments]' (or --no-plots for the tables alone)"
 
 #: The command that writes a results page; `incsched experiment report` takes the same arguments.
-REPORT_COMMAND = "python -m incsched.experiment.report"
+REPORT_COMMAND = "incsched experiment report"
 
 #: A results folder's index, rewritten by every `publish`.
 INDEX = "README.md"
@@ -648,30 +647,3 @@ def _n(x) -> str:
     if x is None:
         return ""
     return f"{x:,}" if isinstance(x, int) else f"{x:,.6g}"
-
-
-# ---------------------------------------------------------------------------- command line
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m incsched.experiment.report RUN_FOLDER [--no-plots] [--publish DIR]``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog=REPORT_COMMAND, description="tables and plots from a run folder's rows, without solving; "
-                                     "--publish writes its results page into DIR (DIR/NAME.md, DIR/NAME/*.png, DIR/README.md)")
-    parser.add_argument("folder", help="run folder written by incsched experiment run")
-    parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
-    parser.add_argument("--publish", metavar="DIR", help="results folder to write the page into, e.g. docs/results")
-    args = parser.parse_args(argv)
-    try:
-        written = write_report(args.folder, plots=not args.no_plots, publish_to=args.publish)
-    except IncschedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    for path in written:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
