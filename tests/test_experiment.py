@@ -439,13 +439,14 @@ def test_stage_policy_trains_in_an_experiment(tmp_path):
 
 
 def test_publish_writes_a_page_with_its_command_machine_and_versions(tiny_run, tmp_path):
-    from incsched.experiment.report import INDEX, main
+    from incsched.cli import main
+    from incsched.experiment.report import INDEX
 
     _, out, _ = tiny_run
     dest = tmp_path / "results"
     (dest / "tiny").mkdir(parents=True)
     (dest / "tiny" / "stale.png").write_bytes(b"old")  # a figure an earlier run drew and this one does not
-    assert main([str(out), "--no-plots", "--publish", str(dest)]) == 0
+    assert main(["experiment", "report", str(out), "--no-plots", "--publish", str(dest)]) == 0
     page = (dest / "tiny.md").read_text()
     assert page.startswith("<!-- incsched results page {") and "\n# tiny (profile" not in page
     assert "## Reproduce" in page and "incsched experiment run tiny.toml -o out/experiments/tiny" in page
@@ -696,3 +697,24 @@ def test_stage_training_values_out_of_range_are_refused_at_the_config(tmp_path, 
     cfg.write_text(f'name = "t"\n[[trainings]]\npolicy = "stage"\nconfig = {{ {config} }}\n')
     with pytest.raises(ConfigError, match="^train.toml: " + re.escape(message)):
         load_experiment(cfg)
+
+
+def test_a_row_whose_fields_have_the_wrong_types_is_left_out(tmp_path, caplog):
+    # a row with its key but objective "x", a list as cell.graph or as provenance made the summary raise
+    from incsched.experiment.run import row_problem
+
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(SMALL.format(n_nodes=20))
+    out = tmp_path / "run"
+    run_experiment(load_experiment(cfg), out)
+    good = read_rows(out / ROWS_FILE)[0]
+    assert row_problem(good) is None
+    edits = [("result", "objective", "x"), ("result", "status", 5), ("result", "timing", [1]), ("cell", "graph", [5]),
+             ("cell", "method", [5]), (None, "provenance", [1]), (None, "seconds", "x"), ("result", "terms", [1]), (None, "kind", [1])]
+    for where, key, value in edits:
+        row = json.loads(json.dumps(good))
+        (row[where] if where else row)[key] = value
+        (out / ROWS_FILE).write_text(json.dumps(row) + "\n")
+        caplog.clear()
+        assert read_rows(out / ROWS_FILE) == [] and "line 1 has a" in caplog.text, (where, key)
+        write_report(out, plots=False)

@@ -176,22 +176,52 @@ class RowLog:
         return out
 
 
+#: What the run, the summaries and the report read of a row, by type: (field, kinds allowed;
+#: None where the field may be absent or null).
+_NUMBER = (int, float)
+_ROW_FIELDS = (("kind", (str,)), ("error", (str,)), ("seconds", _NUMBER), ("provenance", (dict,)), ("progress", (list,)),
+               ("schedule", (dict,)), ("validation", (dict,)), ("answer", (dict,)), ("result", (dict,)))
+_CELL_FIELDS = (("graph", (str,), True), ("instance", (str,), True), ("method", (str,), True), ("problem", (str,), False),
+                ("seed", (int,), False), ("repeat", (int,), False), ("nodes", (int,), False))
+_RESULT_FIELDS = (("status", (str,)), ("objective", _NUMBER), ("lower_bound", _NUMBER), ("gap", _NUMBER), ("timing", (dict,)),
+                  ("terms", (dict,)))
+
+
 def row_problem(row) -> str | None:
     """Why a parsed ``rows.jsonl`` line is not a row the run and the report can read; None if it is.
 
-    A row is a JSON object with a string ``key``, a ``result`` that is null or an object, and a
-    ``cell`` (when present) that is an object naming its ``graph``, ``instance`` and ``method``.
+    A row is a JSON object with a string ``key``; what the run, `summarise` and the report read of
+    it has its type (`_ROW_FIELDS`: ``result`` and ``provenance`` objects, a ``cell`` naming its
+    ``graph``, ``instance`` and ``method`` in strings, numbers where numbers are summed ...), or is
+    null or absent.
     """
     if not isinstance(row, dict):
         return f"is {json.dumps(row)[:40]}, not a JSON object"
     if not isinstance(row.get("key"), str):
         return "has no string 'key'"
-    if row.get("result") is not None and not isinstance(row["result"], dict):
-        return "has a 'result' that is not an object"
+
+    def wrong(value, kinds) -> bool:
+        return value is not None and (isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds))
+
+    for name, kinds in _ROW_FIELDS:
+        if wrong(row.get(name), kinds):
+            return f"has a {name!r} that is not {_kind_words(kinds)}"
     cell = row.get("cell")
-    if cell is not None and not (isinstance(cell, dict) and all(k in cell for k in ("graph", "instance", "method"))):
-        return "has a 'cell' that is not an object with graph, instance and method"
+    if cell is not None:
+        if not isinstance(cell, dict):
+            return "has a 'cell' that is not an object"
+        for name, kinds, required in _CELL_FIELDS:
+            if (required and name not in cell) or wrong(cell.get(name), kinds):
+                return f"has a cell whose {name!r} is not {_kind_words(kinds)}"
+    result = row.get("result")
+    for name, kinds in _RESULT_FIELDS if result else ():
+        if wrong(result.get(name), kinds):
+            return f"has a result whose {name!r} is not {_kind_words(kinds)}"
     return None
+
+
+def _kind_words(kinds: tuple) -> str:
+    return {(str,): "a string", (dict,): "an object", (list,): "a list", (int,): "a whole number"}.get(kinds, "a number")
 
 
 def _read_lines(path: Path) -> list[dict | bytes]:
