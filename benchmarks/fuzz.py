@@ -14,7 +14,8 @@ also runs as a real ``python -m incsched.cli`` process, to catch what only a who
     .venv/bin/python benchmarks/fuzz.py --cases 2000 --surfaces onnx,toml,generators,table,batch,export
 
 Prints the command line and the machine's load first, then one count per verdict; every
-traceback, wrong result and hang is written to ``--failures`` (its files and command line).
+traceback, wrong result, hang and memory blow-up (a worker's peak memory past ``--max-rss-mb``)
+is written to ``--failures`` (its files and command line).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_fuzz import SURFACES, Case, Outcome, _read_cli_result, all_cases, judge, run_case, write_case_files  # noqa: E402
 
-FAILURES = ("traceback", "wrong", "hang")
+FAILURES = ("traceback", "wrong", "hang", "memory")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="hypothesis seed: the same seed draws the same cases")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a case may take before it counts as a hang")
+    ap.add_argument("--max-rss-mb", type=float, default=2048.0,
+                    help="a worker whose peak memory passes this after a case counts it as a memory blow-up (and is replaced)")
     ap.add_argument("--subprocess-every", type=int, default=40, help="every N-th command line also runs as a real process")
     ap.add_argument("--failures", default="fuzz-failures", help="folder for the reproducers of failures")
     ap.add_argument("--surfaces", default="all",
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cases: {args.cases}, seed {args.seed}, jobs {args.jobs}, timeout {args.timeout:g} s, "
           f"a real process every {args.subprocess_every} command lines, surfaces {args.surfaces}", flush=True)
 
-    pool = [Worker(args.timeout) for _ in range(max(1, args.jobs))]
+    pool = [Worker(args.timeout, args.max_rss_mb) for _ in range(max(1, args.jobs))]
     counts: Counter = Counter()
     by_label: Counter = Counter()
     started = time.perf_counter()
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"cases            {state['n']:>7}  ({counts['mode:in-process']} in-process, {counts['mode:subprocess']} as real processes;"
           f" {elapsed:.0f} s)")
-    for verdict, name in (("traceback", "tracebacks"), ("wrong", "wrong results"), ("hang", "hangs"),
+    for verdict, name in (("traceback", "tracebacks"), ("wrong", "wrong results"), ("hang", "hangs"), ("memory", "memory blow-ups"),
                           ("clear_error", "clear errors"), ("success", "successes")):
         print(f"{name:<16} {counts[verdict]:>7}")
     print("\nby kind of case (label: verdict count ...)")
@@ -154,17 +157,19 @@ def _encodable(case: Case) -> bool:
 
 
 class Worker:
-    """A process that runs cases one at a time; the parent kills and replaces it on a timeout."""
+    """A process that runs cases one at a time; the parent kills and replaces it on a timeout, and
+    after a case that took its peak memory past ``max_rss_mb`` (the peak only grows, so it starts afresh)."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float, max_rss_mb: float = 2048.0):
         self.timeout = timeout
+        self.max_rss_mb = max_rss_mb
         self.busy = None
         self._start()
 
     def _start(self) -> None:
         parent, child = mp.get_context("fork").Pipe()
         self.conn = parent
-        self.process = mp.get_context("fork").Process(target=_serve, args=(child,), daemon=True)
+        self.process = mp.get_context("fork").Process(target=_serve, args=(child, self.max_rss_mb), daemon=True)
         self.process.start()
         child.close()
 
@@ -179,6 +184,8 @@ class Worker:
         if self.conn.poll(left):
             try:
                 verdict, why = self.conn.recv()
+                if verdict == "memory":
+                    self._restart()
                 return case, mode, verdict, why
             except EOFError:
                 pass
@@ -201,8 +208,9 @@ class Worker:
             self.process.join()
 
 
-def _serve(conn) -> None:
+def _serve(conn, max_rss_mb: float = 2048.0) -> None:
     import logging
+    import resource
 
     class CurrentStderr(logging.Handler):  # logging to whatever stderr the case has now
         def emit(self, record):
@@ -223,6 +231,9 @@ def _serve(conn) -> None:
                 verdict, why = judge(case, out)
             except Exception as exc:  # noqa: BLE001 - a fault of the harness is reported as one
                 verdict, why = "traceback", f"fuzz harness: {type(exc).__name__}: {exc}"
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        if peak_mb > max_rss_mb and verdict not in ("traceback", "wrong"):
+            verdict, why = "memory", f"the worker's peak memory reached {peak_mb:.0f} MB (limit {max_rss_mb:.0f} MB; {verdict} otherwise)"
         conn.send((verdict, why))
 
 
