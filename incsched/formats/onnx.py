@@ -103,9 +103,12 @@ def read_onnx(
     ------
     FormatError
         The ``onnx`` package is missing (the message says how to install it), the file is not an
-        ONNX model, ``dims`` is not a mapping of names to positive whole numbers, a tensor has a
-        negative dimension, or a tensor's bytes (or a node's, an edge's, the graph's total) pass
-        `incsched.graph.MAX_TOTAL_BYTES` (2**62).
+        ONNX model (text that is not UTF-8 included), ``dims`` is not a mapping of names to whole
+        numbers from 1 to 2**63 - 1, a tensor has a negative dimension, a tensor's bytes pass
+        `incsched.graph.MAX_TOTAL_BYTES` (2**62), or an operator's FLOPs pass a float64.
+    GraphError
+        Sizes each within 2**62 whose sum (a node's outputs, an edge, the graph's total) is not;
+        the message starts with the file's name.
     LimitError
         The file or the graph is larger than ``limits`` allow.
     OSError
