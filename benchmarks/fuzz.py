@@ -121,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ... {state['n']} cases drawn, {done} judged, {time.perf_counter() - started:.0f} s: "
                   + ", ".join(f"{v} {counts[v]}" for v in ("success", "clear_error", *FAILURES)), flush=True)
 
-    one()
-    for worker in pool:
-        if worker.busy:
-            record(*worker.collect())
-        worker.stop()
+    try:
+        one()
+        for worker in pool:
+            if worker.busy:
+                record(*worker.collect())
+    finally:  # the workers are not daemons (a case may start processes): always end them
+        for worker in pool:
+            worker.stop()
 
     elapsed = time.perf_counter() - started
     print()
@@ -169,7 +172,9 @@ class Worker:
     def _start(self) -> None:
         parent, child = mp.get_context("fork").Pipe()
         self.conn = parent
-        self.process = mp.get_context("fork").Process(target=_serve, args=(child, self.max_rss_mb), daemon=True)
+        # not a daemon: a case may start processes of its own (batch --jobs 2 runs a process pool);
+        # the worker ends when the parent closes its pipe, or is killed by it
+        self.process = mp.get_context("fork").Process(target=_serve, args=(child, self.max_rss_mb), daemon=False)
         self.process.start()
         child.close()
 
@@ -201,7 +206,13 @@ class Worker:
         self._start()
 
     def stop(self) -> None:
-        self.conn.send(None)
+        if self.busy is not None:  # interrupted mid-case: nothing to wait for
+            self.process.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
         self.process.join(10)
         if self.process.is_alive():
             self.process.kill()
@@ -221,7 +232,10 @@ def _serve(conn, max_rss_mb: float = 2048.0) -> None:
 
     warnings.simplefilter("ignore")  # numpy's RuntimeWarnings are the judge's business only if they end in an error
     while True:
-        job = conn.recv()
+        try:
+            job = conn.recv()
+        except EOFError:  # the parent is gone
+            return
         if job is None:
             return
         case, mode = job
