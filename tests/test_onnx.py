@@ -361,3 +361,29 @@ def test_text_that_is_not_utf8_is_refused_by_field(tmp_path):
     path = tmp_path / "bad.onnx"
     path.write_bytes(raw[:at] + b"\xd2" + raw[at + 1:])
     assert "not an ONNX model (its NodeProto.op_type is not UTF-8 text)" in _one_line_error(path)
+
+
+@pytest.mark.slow  # the child fills its 2 GiB: 4 s here
+def test_a_1d_length_only_data_propagation_learns_is_inferred_within_a_memory_limit(tmp_path, caplog):
+    # Shape -> Slice -> ConstantOfShape -> Add: ONNX's data propagation took 2.5 GB at 2**24 elements (the OOM killer at
+    # 2**30) in this process; it now runs in a forked child under a limit, and past it the shapes are left unknown
+    import resource
+
+    from incsched.formats.onnx import read_onnx
+
+    def model(n: int):
+        nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "st", "en"], ["sl"]),
+                 helper.make_node("ConstantOfShape", ["sl"], ["c"]), helper.make_node("Add", ["c", "c"], ["d"]),
+                 helper.make_node("Relu", ["x"], ["y"], name="relu")]
+        inits = [numpy_helper.from_array(np.array([0], np.int64), "st"), numpy_helper.from_array(np.array([1], np.int64), "en")]
+        graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                                   helper.make_tensor_value_info("d", TensorProto.FLOAT, None)], initializer=inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    small = read_onnx(_save(model(8), tmp_path / "small.onnx"))
+    assert small.meta["unknown_size_tensors"] == 0  # data propagation ran (in the child) and learnt every shape
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    big = read_onnx(_save(model(2**30), tmp_path / "big.onnx"))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: the child took the memory
+    assert big.n_nodes == small.n_nodes and "needed more than 2048 MiB" in caplog.text

@@ -346,10 +346,80 @@ def _infer_shapes(model, shape_inference, source: str):
         log.info("%s: a 1-D tensor of %d elements; shapes computed by shape arithmetic are left unknown", source, longest)
         return inferred
     try:
-        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return _data_propagation(model, shape_inference)
+    except MemoryError:
+        log.warning("%s: ONNX shape inference with data propagation needed more than %d MiB; shapes computed by shape "
+                    "arithmetic are left unknown", source, _DATA_PROP_MEMORY >> 20)
     except Exception as exc:
         log.warning("%s: ONNX shape inference with data propagation failed (%s); some sizes are unknown", source, _first_line(exc))
-        return inferred
+    return inferred
+
+
+#: Memory ONNX's data propagation may take beyond what the process holds. A 1-D tensor whose length
+#: only data propagation learns (a ConstantOfShape of a sliced Shape) escapes the length check
+#: above: measured 2.5 GB at 2**24 elements, so it runs in a forked child under this limit.
+_DATA_PROP_MEMORY = 2 << 30
+
+
+def _data_propagation(model, shape_inference):
+    """``infer_shapes(..., data_prop=True)``, in a forked child whose address space is limited to
+    the parent's plus `_DATA_PROP_MEMORY` where the platform allows (Linux); in this process elsewhere.
+
+    Raises
+    ------
+    MemoryError
+        The child ran out of its limit.
+    RuntimeError
+        Inference failed in the child (the message is its error's).
+    """
+    def infer():
+        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+
+    try:
+        import resource
+
+        page_bytes = os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/statm") as fh:
+            address_space = int(fh.read().split()[0]) * page_bytes
+    except (ImportError, OSError, ValueError, AttributeError):
+        return infer()
+    if not hasattr(os, "fork"):
+        return infer()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: infer, send the model back, and leave without running the parent's exit handlers
+        code = 0
+        try:
+            os.close(read_end)
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            limit = address_space + _DATA_PROP_MEMORY
+            if hard != resource.RLIM_INFINITY:
+                limit = min(limit, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+            try:
+                payload = b"OK" + infer().SerializeToString()
+            except MemoryError:
+                payload, code = b"MEMORY", 3
+            except Exception as exc:  # noqa: BLE001 - sent back as the parent's error
+                payload, code = b"ERROR" + _first_line(exc).encode("utf-8", "replace"), 4
+            with os.fdopen(write_end, "wb") as fh:
+                fh.write(payload)
+        except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+            code = 5
+        os._exit(code)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as fh:
+            payload = fh.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if payload.startswith(b"OK") and os.waitstatus_to_exitcode(status) == 0:
+        out = type(model)()
+        out.ParseFromString(payload[2:])
+        return out
+    if payload.startswith(b"MEMORY") or not payload:  # an empty pipe: killed, most likely for memory
+        raise MemoryError
+    raise RuntimeError(payload[5:].decode("utf-8", "replace") or f"exit status {os.waitstatus_to_exitcode(status)}")
 
 
 def _drop_large_weight_data(model, keep_bytes: int = 4096) -> None:
