@@ -908,7 +908,8 @@ _CALLS = {"read_onnx": _call_read_onnx, "plan": _call_plan, "generator": _call_g
 
 ONNX_DIMS = [0, 1, 2, 3, 7, -1, -5, 2**31, 2**40, 2**60, 2**62, 2**63 - 1, "batch", "seq", ""]
 ONNX_DIMS_ARG = [1, 2, 8, 0, -3, 1.5, True, None, "x", 2**31, 2**62, 2**63 - 1, 2**63, 2**100, "8"]
-ONNX_OPS = ["Relu", "Identity", "Neg", "AddSelf", "MatMul", "Expand", "Conv", "Gemm", "MaxPool", "Reshape", "ConstantOfShape", "Split"]
+ONNX_OPS = ["Relu", "Identity", "Neg", "AddSelf", "MatMul", "Expand", "Conv", "Gemm", "MaxPool", "Reshape", "ConstantOfShape", "Split",
+            "ShapeChain"]
 #: element type -> bits of one element (what the oracle charges)
 ONNX_ELEMS = {"FLOAT": 32, "FLOAT16": 16, "DOUBLE": 64, "INT8": 8, "INT4": 4, "INT2": 2, "BOOL": 8}
 
@@ -959,6 +960,11 @@ def onnx_models(draw) -> tuple[bytes, dict]:
     elif op == "MaxPool":
         kernel = draw(st.lists(st.sampled_from([1, 2, 2**62]), min_size=1, max_size=20))
         nodes.append(helper.make_node("MaxPool", ["x"], ["y"], name="op", kernel_shape=kernel))
+    elif op == "ShapeChain":  # a 1-D length that only ONNX's data propagation learns: Shape -> Slice -> ConstantOfShape -> Add
+        inits += [helper.make_tensor("st", TensorProto.INT64, [1], [0]), helper.make_tensor("en", TensorProto.INT64, [1], [1])]
+        nodes += [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "st", "en"], ["sl"]),
+                  helper.make_node("ConstantOfShape", ["sl"], ["c"]), helper.make_node("Add", ["c", "c"], ["d"]),
+                  helper.make_node("Relu", ["x"], ["y"], name="op")]
     elif op == "Split":
         nodes.append(helper.make_node("Split", ["x"], ["a", "b"], name="op", axis=0, num_outputs=2))
         nodes.append(helper.make_node("Add", ["a", "b"], ["y"], name="add"))
