@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-__all__ = ["Abandoned", "HelperStep", "run_in_helper"]
+__all__ = ["Abandoned", "run_in_helper"]
 
 #: How often the waiting main thread asks ``should_stop``, in seconds.
 POLL_SECONDS = 0.02
@@ -24,45 +24,26 @@ class Abandoned(Exception):
     """The wait ended (``should_stop`` said so) before the step finished."""
 
 
-class HelperStep:
-    """``step()`` started in a helper thread now, waited for later (`wait`).
-
-    The run can go on with other work while the step runs (the learned policy loads while the
-    baselines run); a step never waited for finishes in the background.
-    """
-
-    def __init__(self, step: Callable[[], Any], name: str):
-        self.name = name
-        self._outcome: dict = {}
-
-        def run() -> None:
-            try:
-                self._outcome["value"] = step()
-            except BaseException as exc:  # handed to the waiting thread, as if raised there
-                self._outcome["error"] = exc
-
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
-        self._thread.start()
-
-    @property
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-    def wait(self, should_stop: Callable[[], Any] | None = None) -> Any:
-        """The step's result, or its exception raised here.
-
-        Raises `Abandoned` when ``should_stop()`` turns true first, and KeyboardInterrupt on
-        Ctrl-C; either way the step goes on in the background.
-        """
-        while self._thread.is_alive():
-            self._thread.join(None if should_stop is None else POLL_SECONDS)  # a Ctrl-C raises here
-            if should_stop is not None and self._thread.is_alive() and should_stop():
-                raise Abandoned(self.name)
-        if "error" in self._outcome:
-            raise self._outcome["error"]
-        return self._outcome["value"]
-
-
 def run_in_helper(step: Callable[[], Any], name: str, should_stop: Callable[[], Any] | None = None) -> Any:
-    """``step()``, run in a helper thread while this one waits (`HelperStep.wait`)."""
-    return HelperStep(step, name).wait(should_stop)
+    """``step()``, run in a helper thread; its result, or its exception raised here.
+
+    Raises `Abandoned` when ``should_stop()`` turns true first, and KeyboardInterrupt on Ctrl-C;
+    either way the step goes on in the background.
+    """
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = step()
+        except BaseException as exc:  # handed to the waiting thread, as if raised there
+            outcome["error"] = exc
+
+    helper = threading.Thread(target=run, name=name, daemon=True)
+    helper.start()
+    while helper.is_alive():
+        helper.join(None if should_stop is None else POLL_SECONDS)  # a Ctrl-C raises here
+        if should_stop is not None and helper.is_alive() and should_stop():
+            raise Abandoned(name)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -109,7 +109,7 @@ class Context:
     proven: bool = False  # the full model proved the best answer optimal (or the problem infeasible)
     infeasible_reason: str | None = None
     failures: dict[str, str] = field(default_factory=dict)  # pre-scheduler -> why it gave no answer
-    _later: dict[str, Any] = field(default_factory=dict)  # pre-scheduler -> its answer still coming (HelperStep)
+    _later: dict[str, Any] = field(default_factory=dict)  # pre-scheduler -> its answer still coming (PolicyProcess)
     _timer: threading.Timer | None = None
     _clock_started: bool = False
 
@@ -175,7 +175,7 @@ class Context:
         ``workers`` (default the run's) in parallel and ``work`` read as wall seconds.
         """
         self._arm_clock()
-        self.collect()  # an answer that arrived in the background becomes the hint of this search
+        self.collect()  # an answer that arrived from a child process becomes the hint of this search
         cap = self.work_left() if work is None else min(work, self.work_left())
         wall = max(self.wall_left(), 1e-3)
         if self.deterministic:
