@@ -89,7 +89,7 @@ def test_coarsen_none_keeps_every_operator_and_symbolic_dims_take_the_given_valu
     assert read_onnx(path).meta["symbolic_dims"] == {"N": 1}
 
 
-def test_shared_initializer_is_charged_once_and_constants_are_folded(tmp_path):
+def test_shared_initializer_is_a_shared_weight_and_constants_are_folded(tmp_path):
     w = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
     nodes = [
         helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.array(2.0, np.float32))),
@@ -102,7 +102,9 @@ def test_shared_initializer_is_charged_once_and_constants_are_folded(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], initializer=[w])
     g = load_graph(_save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "t.onnx"))
     assert g.names == ("x", "first", "second", "scale")
-    assert list(g.param_bytes) == [0, 256, 0, 4]  # w charged to its first reader; the folded constant to its reader
+    assert list(g.param_bytes) == [0, 0, 0, 4]  # the folded constant is its reader's own
+    assert [(w.name, w.nbytes, [g.names[v] for v in w.readers]) for w in g.shared_weights] == [("w", 256, ["first", "second"])]
+    assert g.part_param_bytes([0, 0, 1, 1], 2) == [256, 260]  # w on both stages that read it
     assert g.meta["shared_params"] == [{"params": ["w"], "held_by": "first", "read_by": ["first", "second"]}]
     assert g.meta["folded_constant_ops"] == 2 and g.flops.tolist() == [0, 512, 512, 32]
 

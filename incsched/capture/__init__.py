@@ -84,8 +84,9 @@ def capture(
     """Capture ``model`` called on ``example_inputs`` as a computation graph.
 
     Per node: ``flops`` from ``FlopCounterMode``; ``out_bytes`` from the real output tensors;
-    ``param_bytes`` from the parameters and buffers it reads (a weight read by several nodes is
-    charged once, to the first, and listed in ``meta["shared_params"]``; weights no node reads are
+    ``param_bytes`` from the parameters and buffers only it reads (a weight read by several nodes,
+    such as a tied embedding, is one of the graph's ``shared_weights``, also described in
+    ``meta["shared_params"]``; weights no node reads are
     charged to the reader of their module's other weights and listed in ``meta["unread_params"]``);
     with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs.
 

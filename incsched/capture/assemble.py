@@ -2,7 +2,8 @@
 
 Third step of capture, after `trace` and `profile_nodes`: one graph node per fx placeholder
 ("input") and per call node; parameter reads (get_attr) are folded into the node that consumes
-them, so a node's ``param_bytes`` is the weight it needs on its device; the output node is dropped.
+them, so a node's ``param_bytes`` is the weight it needs on its device, and a weight several nodes
+read is one of the graph's ``shared_weights``; the output node is dropped.
 """
 
 from __future__ import annotations
@@ -68,9 +69,16 @@ def assemble(gm: torch.fx.GraphModule, profile: NodeProfile, *, name: str = "mod
     names = [n.name for n in nodes]
     position = {nm: i for i, nm in enumerate(names)}
     params, attr_owner = _attribute_params(gm, nodes, profile)
+    # A weight read by one node is that node's; one read by several (tied embeddings) is shared:
+    # it costs its bytes on every stage or device that holds a reader.
     param_bytes = np.zeros(len(nodes), dtype=np.int64)
+    shared = []
     for rec in params:
-        param_bytes[position[rec.holder]] += rec.nbytes
+        readers = [r for r in rec.used_by if r in position]
+        if len(readers) > 1:
+            shared.append({"name": rec.names[0], "bytes": rec.nbytes, "read_by": readers})
+        else:
+            param_bytes[position[rec.holder]] += rec.nbytes
 
     out_bytes = np.asarray([profile.out_bytes.get(nm, 0) for nm in names], dtype=np.int64)
     src, dst, edge_bytes = [], [], []
@@ -103,6 +111,7 @@ def assemble(gm: torch.fx.GraphModule, profile: NodeProfile, *, name: str = "mod
         edge_bytes=np.asarray(edge_bytes, dtype=np.int64),
         compute_time=compute_time,
         members=[[nm] for nm in names],
+        shared_weights=shared,
         name=name,
         meta={"outputs": outputs},
     )

@@ -206,9 +206,8 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
             tensors.set_bytes(node.output[0], tensors.bytes_of(node.input[0]))
     producer = {x: v for v, outs in enumerate(node_outputs) for x in outs}
     out_bytes = [sum(tensors.bytes_of(x) or 0 for x in outs) for outs in node_outputs]
-    param_bytes = [0] * len(names)
     charged: set[str] = set()
-    readers: dict[str, list[str]] = {}  # weight -> the nodes that read it, the first charged
+    readers: dict[str, list[str]] = {}  # weight -> the nodes that read it
     edges: dict[tuple[int, int], int] = {}
     for v, inputs in enumerate(node_inputs):
         seen_here: set[str] = set()
@@ -219,13 +218,21 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
                     edges[(u, v)] = edges.get((u, v), 0) + (tensors.bytes_of(x) or 0)
             else:
                 for w in sorted(weights_of.get(x, ())):
-                    if w not in charged:
-                        charged.add(w)
-                        param_bytes[v] += init_bytes.get(w, constant_value_bytes.get(w, 0))
+                    charged.add(w)
                     if names[v] not in readers.setdefault(w, []):
                         readers[w].append(names[v])
             seen_here.add(x)
     check_count("edges", len(edges), limits.max_edges, "max_edges", source)
+    # A weight one node reads is that node's; one several read (tied embeddings) is shared.
+    param_bytes = [0] * len(names)
+    position = {nm: v for v, nm in enumerate(names)}
+    shared = []
+    for w, r in sorted(readers.items()):
+        nbytes = init_bytes.get(w, constant_value_bytes.get(w, 0))
+        if len(r) > 1:
+            shared.append({"name": w, "bytes": nbytes, "read_by": r})
+        else:
+            param_bytes[position[r[0]]] += nbytes
 
     outputs = sorted({names[producer[x.name]] for x in g.output if x.name in producer})
     meta: dict[str, Any] = {
@@ -259,6 +266,7 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
         out_bytes=out_bytes,
         edge_bytes=list(edges.values()),  # Python ints: CompGraph refuses a sum past 2**62 by name
         members=[[nm] for nm in names],
+        shared_weights=shared,
         name=meta["model"],
         meta=meta,
     )

@@ -4,6 +4,6 @@ roofline that estimates the times nobody measured (`cost_model`).
 """
 
 from . import dag
-from .compgraph import MAX_EXACT_FLOAT_INT, MAX_TOTAL_BYTES, CompGraph
+from .compgraph import MAX_EXACT_FLOAT_INT, MAX_TOTAL_BYTES, CompGraph, SharedWeight
 
-__all__ = ["CompGraph", "dag", "MAX_EXACT_FLOAT_INT", "MAX_TOTAL_BYTES"]
+__all__ = ["CompGraph", "SharedWeight", "dag", "MAX_EXACT_FLOAT_INT", "MAX_TOTAL_BYTES"]

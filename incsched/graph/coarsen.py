@@ -14,7 +14,7 @@ import numpy as np
 
 from .dag import find_root
 from ..errors import GraphError
-from .compgraph import CompGraph
+from .compgraph import CompGraph, SharedWeight
 
 __all__ = [
     "TRIVIAL_OPS",
@@ -49,7 +49,8 @@ def quotient(
 ) -> CompGraph:
     """Merge groups of nodes into single nodes.
 
-    A merged node sums its members' ``flops``, ``param_bytes`` and every ``compute_time`` column;
+    A merged node sums its members' ``flops``, ``param_bytes`` and every ``compute_time`` column
+    (a shared weight whose readers all merge into one node joins that node's ``param_bytes``);
     its ``members`` are the members' own ``members`` (or names) concatenated in topological order.
     It is named after, and takes the op kind of, its representative member: the one with the most
     flops (ties: the first in topological order whose op is not trivial, else the first).
@@ -145,17 +146,28 @@ def quotient(
         previous = meta.get("coarsening") or []
         meta["coarsening"] = [*([previous] if isinstance(previous, str) else previous), label]
 
+    # A shared weight whose readers all fall into one group is that group's own weight now.
+    param_bytes = summed(graph.param_bytes)
+    shared = []
+    for w in graph.shared_weights:
+        readers = sorted(set(group[list(w.readers)].tolist()))
+        if len(readers) == 1:
+            param_bytes[readers[0]] += w.nbytes
+        else:
+            shared.append(SharedWeight(w.name, w.nbytes, tuple(readers)))
+
     return CompGraph(
         names,
         np.asarray([k[0] for k in keys], dtype=np.int64),
         np.asarray([k[1] for k in keys], dtype=np.int64),
         op=[graph.op[r] for r in rep],
         flops=summed(graph.flops),
-        param_bytes=summed(graph.param_bytes),
+        param_bytes=param_bytes,
         out_bytes=out_bytes,
         edge_bytes=np.asarray([edge_bytes[k] for k in keys], dtype=np.int64),
         compute_time={kind: summed(t) for kind, t in graph.compute_time.items()},
         members=members,
+        shared_weights=shared,
         name=graph.name,
         meta=meta,
     )

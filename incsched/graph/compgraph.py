@@ -11,6 +11,7 @@ import hashlib
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -23,7 +24,21 @@ from ..errors import FormatError, GraphError
 from ..jsonio import read_json, write_json
 from ..limits import InputLimits, input_limits
 
-__all__ = ["CompGraph"]
+__all__ = ["CompGraph", "SharedWeight"]
+
+
+@dataclass(frozen=True)
+class SharedWeight:
+    """A weight that several nodes read (a tied embedding and its output head, a shared block).
+
+    Its ``nbytes`` live once on every stage or device that holds at least one of its ``readers``
+    (node indices, sorted), and not in those nodes' ``param_bytes``: a weight read on two stages
+    costs its bytes on both, one read twice on one stage costs them once.
+    """
+
+    name: str
+    nbytes: int
+    readers: tuple[int, ...]
 
 
 class CompGraph:
@@ -49,6 +64,9 @@ class CompGraph:
         Measured seconds per node, keyed by device kind (``"cpu"``, ``"cuda"``).
     members : sequence of sequence of str, optional
         For captured graphs: the torch.fx node names each node stands for (after coarsening).
+    shared_weights : sequence of SharedWeight or of mapping, optional
+        Weights read by two or more nodes, each ``{"name": str, "bytes": int, "read_by": [node
+        names or indices]}`` or a `SharedWeight`; their bytes are in no node's ``param_bytes``.
     name : str
         A label for reports.
     meta : mapping, optional
@@ -82,6 +100,7 @@ class CompGraph:
         edge_bytes: Sequence[int] | np.ndarray | None = None,
         compute_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
         members: Sequence[Sequence[str]] | None = None,
+        shared_weights: Sequence[SharedWeight | Mapping[str, Any]] | None = None,
         name: str = "graph",
         meta: Mapping[str, Any] | None = None,
     ):
@@ -118,6 +137,7 @@ class CompGraph:
                     raise GraphError(f"members of node {self.names[i]!r} must be a list of fx node names, got {group!r}")
             self.members = tuple(tuple(group) for group in members)
         self.compute_time = MappingProxyType(self.compute_time)  # read-only view: graphs are immutable
+        self.shared_weights: tuple[SharedWeight, ...] = self._check_shared(shared_weights or ())
         self.name = str(name)
         self.meta: Mapping[str, Any] = MappingProxyType(dict(meta or {}))
         self._check_simple_edges()
@@ -158,6 +178,49 @@ class CompGraph:
                     raise GraphError(f"edge {k} has {role} index {int(arr[k])}, not a node (0..{len(self.names) - 1})")
             ends.append(_readonly(arr.reshape(-1)))
         return ends[0], ends[1]
+
+    def _check_shared(self, weights) -> tuple[SharedWeight, ...]:
+        if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Iterable):
+            raise GraphError(f"shared_weights must be a list of weights, got {type(weights).__name__}")
+        out: list[SharedWeight] = []
+        seen: set[str] = set()
+        for i, w in enumerate(weights):
+            if isinstance(w, SharedWeight):
+                name, nbytes, readers = w.name, w.nbytes, list(w.readers)
+            elif isinstance(w, Mapping):
+                unknown = set(w) - {"name", "bytes", "read_by"}
+                if unknown or not {"name", "bytes", "read_by"} <= set(w):
+                    raise GraphError(f"shared weight {i} must have exactly the keys name, bytes, read_by; got {sorted(w)}")
+                name, nbytes, readers = w["name"], w["bytes"], w["read_by"]
+            else:
+                raise GraphError(f"shared weight {i} must be a SharedWeight or a mapping, got {type(w).__name__}")
+            if not isinstance(name, str) or not name:
+                raise GraphError(f"shared weight {i} must have a non-empty string name, got {name!r:.60}")
+            if name in seen:
+                raise GraphError(f"duplicate shared weight {name!r}")
+            seen.add(name)
+            whole = isinstance(nbytes, (int, np.integer)) and not isinstance(nbytes, bool)
+            if not whole or not 0 <= nbytes <= MAX_TOTAL_BYTES:
+                raise GraphError(f"shared weight {name!r} has {nbytes!r:.40} bytes; byte counts are whole numbers from 0 to 2**62")
+            if isinstance(readers, (str, bytes)) or not isinstance(readers, (Iterable, np.ndarray)):
+                raise GraphError(f"read_by of shared weight {name!r} must be a list of nodes, got {readers!r:.60}")
+            idx = set()
+            for r in readers:
+                if isinstance(r, str):
+                    if r not in self._index:
+                        raise GraphError(f"shared weight {name!r} is read by unknown node {r!r}")
+                    idx.add(self._index[r])
+                elif isinstance(r, (int, np.integer)) and not isinstance(r, bool) and 0 <= r < len(self.names):
+                    idx.add(int(r))
+                else:
+                    raise GraphError(f"shared weight {name!r} is read by {r!r}, not a node name or index")
+            if len(idx) < 2:
+                raise GraphError(f"shared weight {name!r} is read by {len(idx)} node(s); a weight one node reads belongs in its param_bytes")
+            out.append(SharedWeight(name, int(nbytes), tuple(sorted(idx))))
+        total = int(self.param_bytes.sum()) + sum(w.nbytes for w in out)
+        if total > MAX_TOTAL_BYTES:
+            raise GraphError(f"parameters (param_bytes and shared weights) total {total} bytes, beyond the supported 2**62 (4.6e18)")
+        return tuple(out)
 
     def _check_simple_edges(self) -> None:
         loops = np.flatnonzero(self.src == self.dst)
@@ -293,7 +356,49 @@ class CompGraph:
         if model is None:
             raise GraphError(f"no measured times for device kind {kind!r} and no roofline to estimate them")
         in_bytes = np.bincount(self.dst, weights=self.edge_bytes, minlength=self.n_nodes)
-        return model.estimate(self.flops, in_bytes + self.param_bytes + self.out_bytes)
+        return model.estimate(self.flops, in_bytes + self.node_weight_bytes + self.out_bytes)
+
+    @property
+    def total_param_bytes(self) -> int:
+        """Every weight once: the nodes' own ``param_bytes`` plus each shared weight."""
+        return int(self.param_bytes.sum()) + sum(w.nbytes for w in self.shared_weights)
+
+    @cached_property
+    def node_weight_bytes(self) -> np.ndarray:
+        """Bytes of weights node v needs on its device: its ``param_bytes`` plus every shared weight it reads."""
+        need = self.param_bytes.copy()
+        for w in self.shared_weights:
+            need[list(w.readers)] += w.nbytes
+        return _readonly(need)
+
+    def part_param_bytes(self, part_of: Sequence[int] | np.ndarray, n_parts: int) -> list[int]:
+        """Weight bytes each part (stage or device) holds when node v sits on ``part_of[v]``.
+
+        A shared weight counts once on every part that holds one of its readers. Exact Python ints.
+
+        >>> g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], param_bytes=[1, 2, 4],
+        ...               shared_weights=[{"name": "w", "bytes": 8, "read_by": ["a", "c"]}])
+        >>> g.part_param_bytes([0, 0, 1], 2), g.part_param_bytes([0, 0, 0], 2)
+        ([11, 12], [15, 0])
+        """
+        part = np.asarray(part_of, dtype=np.int64)
+        out = [0] * n_parts
+        for v, b in zip(part.tolist(), self.param_bytes.tolist()):
+            out[v] += b
+        for w in self.shared_weights:
+            for k in set(part[list(w.readers)].tolist()):
+                out[k] += w.nbytes
+        return out
+
+    def replicated_weights(self, part_of: Sequence[int] | np.ndarray) -> dict[str, list[int]]:
+        """The shared weights held on more than one part, by name, with the parts (sorted) that hold them."""
+        part = np.asarray(part_of, dtype=np.int64)
+        out = {}
+        for w in self.shared_weights:
+            parts = sorted(set(part[list(w.readers)].tolist()))
+            if len(parts) > 1:
+                out[w.name] = parts
+        return out
 
     def summary(self) -> dict[str, Any]:
         """Size, shape and cost totals, as shown by ``incsched graph info``."""
@@ -307,7 +412,8 @@ class CompGraph:
             "depth": self.depth,
             "widest_level": widest,
             "total_flops": float(self.flops.sum()),
-            "total_param_bytes": int(self.param_bytes.sum()),
+            "total_param_bytes": self.total_param_bytes,
+            "shared_weights": len(self.shared_weights),
             "total_out_bytes": int(self.out_bytes.sum()),
             "total_edge_bytes": int(self.edge_bytes.sum()),
             "measured_time_s": {k: float(v.sum()) for k, v in sorted(self.compute_time.items())},
@@ -339,6 +445,7 @@ class CompGraph:
             "edge_bytes": self.edge_bytes,
             "compute_time": self.compute_time,
             "members": self.members,
+            "shared_weights": self.shared_weights,
             "name": self.name,
             "meta": self.meta,
         }
@@ -410,6 +517,7 @@ class CompGraph:
             and self.op == other.op
             and self.name == other.name
             and self.members == other.members
+            and self.shared_weights == other.shared_weights
             and self.meta == other.meta
             and self.compute_time.keys() == other.compute_time.keys()
             and all(
@@ -428,6 +536,8 @@ class CompGraph:
         import networkx as nx
 
         g = nx.DiGraph(name=self.name, **({"meta": dict(self.meta)} if self.meta else {}))
+        if self.shared_weights:
+            g.graph["shared_weights"] = self.to_json()["shared_weights"]
         for i, nm in enumerate(self.names):
             attrs = {
                 "op": self.op[i],
@@ -482,6 +592,7 @@ class CompGraph:
             edge_bytes=edge_bytes,
             compute_time=compute_time,
             members=[d.get("members", []) for d in data] if has_members else None,
+            shared_weights=g.graph.get("shared_weights"),
             name=name if name is not None else str(g.graph.get("name") or "graph"),
             meta=g.graph.get("meta"),
         )

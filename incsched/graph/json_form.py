@@ -39,7 +39,7 @@ def graph_to_dict(graph: CompGraph) -> dict[str, Any]:
         nodes["compute_time"] = {k: v.tolist() for k, v in sorted(graph.compute_time.items())}
     if graph.members is not None:
         nodes["members"] = [list(m) for m in graph.members]
-    return {
+    out = {
         "format": FORMAT,
         "version": VERSION,
         "name": graph.name,
@@ -51,6 +51,11 @@ def graph_to_dict(graph: CompGraph) -> dict[str, Any]:
             "bytes": graph.edge_bytes.tolist(),
         },
     }
+    if graph.shared_weights:
+        out["shared_weights"] = [
+            {"name": w.name, "bytes": w.nbytes, "read_by": [names[v] for v in w.readers]} for w in graph.shared_weights
+        ]
+    return out
 
 
 def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None = None) -> tuple[list, list, list, dict[str, Any]]:
@@ -101,6 +106,13 @@ def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None
         if not isinstance(group, list):
             where = f"node {names[i]!r}" if i < len(names) and isinstance(names[i], str) else f"entry {i}"
             raise FormatError(f"{source}: field nodes.members of {where} must be a list of names, got {type(group).__name__}")
+    shared = _optional(data, "shared_weights", list, source, None)
+    for i, w in enumerate(shared or ()):
+        if not isinstance(w, dict):
+            raise FormatError(f"{source}: entry {i} of field 'shared_weights' must be an object, got {_json_type(w)}")
+        b = w.get("bytes")
+        if isinstance(b, float) and b.is_integer() and abs(b) <= 2**53:  # JSON's 1.0; other floats CompGraph refuses
+            shared[i] = dict(w, bytes=int(b))
     _check_texts(source, "node name", names)
     _check_texts(source, "graph name", [name])
     if op is not None:
@@ -115,6 +127,7 @@ def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None
         edge_bytes=_whole(_optional(edges, "bytes", list, source, None, "edges."), "edges.bytes", None, source),
         compute_time=compute_time,
         members=members,
+        shared_weights=shared,
         name=name,
         meta=meta,
     )
