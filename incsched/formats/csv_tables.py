@@ -147,6 +147,8 @@ def write_csv_tables(graph: CompGraph, nodes_csv: str | os.PathLike, edges_csv: 
     OSError
         If a file cannot be written.
     """
+    if graph.shared_weights:  # dropping them would understate every stage that reads one
+        raise FormatError(f"{graph.name}: {len(graph.shared_weights)} shared weight(s) (e.g. {graph.shared_weights[0].name!r}) have no place in CSV tables; save the graph as .json")
     kinds = sorted(graph.compute_time)
     # RFC 4180 line ends: with "\n" alone the csv module would leave a "\r" inside a name unquoted.
     buf = io.StringIO()

@@ -111,6 +111,8 @@ def write_gml(graph: CompGraph, path: str | os.PathLike, *, peer: bool = False) 
     OSError
         If the file cannot be written (no partial file is left behind).
     """
+    if graph.shared_weights:  # dropping them would understate every stage that reads one
+        raise FormatError(f"{graph.name}: {len(graph.shared_weights)} shared weight(s) (e.g. {graph.shared_weights[0].name!r}) have no place in GML; save the graph as .json")
     lines = ["graph [", "  directed 1"]
     if not peer:
         lines.append(f"  name {_quote(graph.name)}")
