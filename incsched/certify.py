@@ -16,6 +16,7 @@ from .errors import SolverDisagreement
 from .evaluate.simulate import simulate
 from .evaluate.stage import evaluate_stages
 from .inc_ilp.context import Context, gap
+from .problems import training
 from .result import Result, library_versions
 
 __all__ = ["certify", "stop_reason_of", "METHODS"]
@@ -63,6 +64,8 @@ def certify(ctx: Context, kind: str, method: str) -> Result:
             # No throughput (None) when every stage takes no time: JSON has no infinity.
             terms.update(stage_time_peak_s=ev.stage_time_peak_s, throughput=ev.throughput if math.isfinite(ev.throughput) else None,
                          stage_time_s=[float(t) for t in ev.stage_time_s], stage_memory=list(ev.stage_memory))
+        if p.training:  # a training step's time, and where its backward times come from
+            terms.update(step_time_s=ev.step_time_s, backward_time_source=training.backward_source(p.graph, p.device_kind))
         answer = {"stages": [int(s) for s in ctx.best]}
     else:
         sched = simulate(p, ctx.best, "ordered")

@@ -531,6 +531,12 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", type=_byte_count, metavar="BYTES",
                    help="--objective throughput: per-stage bytes for parameters plus the activations 1F1B keeps in flight")
     p.add_argument("--micro-batches", type=_count, default=4, help="--objective throughput: micro-batches per run (default 4)")
+    p.add_argument("--training", action="store_true",
+                   help="--objective throughput in training mode: forward plus backward, sends both ways, memory for parameters, "
+                        "gradients, optimizer state and the activations the schedule stashes; prints the step time")
+    p.add_argument("--optimizer", help="--training: adam-fp32 (default), adam-mixed, sgd-momentum-fp32 or sgd-fp32 (bytes per parameter)")
+    p.add_argument("--schedule", help="--training: gpipe, 1f1b (default) or interleaved:V (V chunks per stage)")
+    p.add_argument("--recompute", action="store_true", help="--training: activation recomputation (a stage keeps only its inputs per micro-batch)")
     p.add_argument("--capacity", type=_byte_count, help="stage: hard per-stage parameter memory in bytes")
     p.add_argument("--spill-capacity", type=_byte_count, metavar="BYTES",
                    help="stage: per-stage memory beyond which parameters spill (needed by the spill term of --weights)")
@@ -665,6 +671,7 @@ def _recipe(args):
             raise IncschedError("--memory (parameters plus activations in flight) belongs to --objective throughput; --capacity bounds parameters")
         if args.objective != "peer" and weights is not None:
             raise IncschedError(f"--weights and --objective {args.objective} each name an objective; give one")
+        training = _training_options(args)
         return ProblemRecipe(
             "stage",
             n_stages=args.stages,
@@ -677,15 +684,30 @@ def _recipe(args):
             memory=args.memory,
             micro_batches=args.micro_batches,
             bandwidth=args.bandwidth if args.objective == "throughput" else None,
+            training=training,
         )
     if args.spill_capacity is not None:
         raise IncschedError("--spill-capacity belongs to stage problems (--stages K)")
     if args.objective != "peer" or args.memory is not None:
         raise IncschedError("--objective and --memory belong to stage problems (--stages K)")
+    if args.training or args.optimizer or args.schedule or args.recompute:
+        raise IncschedError("--training, --optimizer, --schedule and --recompute belong to stage problems (--stages K)")
     if args.links:
         devices, links = _read_links(args.links)
         return ProblemRecipe("placement", devices=devices, links=links)
     return ProblemRecipe("placement", n_devices=args.devices, bandwidth=args.bandwidth, latency=args.latency, device_kind=args.kind)
+
+
+def _training_options(args) -> dict | None:
+    """``--training``'s keywords for `StageProblem.pipeline` (checked there), or None without it."""
+    given = [flag for flag, value in (("--optimizer", args.optimizer), ("--schedule", args.schedule), ("--recompute", args.recompute)) if value]
+    if not args.training:
+        if given:
+            raise IncschedError(f"{given[0]} belongs to --training")
+        return None
+    if args.objective != "throughput":
+        raise IncschedError("--training models a training step's throughput: give --objective throughput")
+    return {"optimizer": args.optimizer, "schedule": args.schedule, "recompute": args.recompute}
 
 
 def _read_links(path: str) -> tuple[list[dict], dict]:
@@ -1016,6 +1038,8 @@ def format_result(r) -> str:
             lines.append("mem + acts   " + " | ".join(_bytes(b) for b in t["stage_memory"]))
             if t.get("throughput") is not None:
                 lines.append(f"throughput   {t['throughput']:.2f} micro-batches/s (slowest stage {1e3 * t['stage_time_peak_s']:.3f} ms)")
+            if t.get("step_time_s") is not None:  # training mode: forward plus backward, and where backward came from
+                lines.append(f"step time    {1e3 * t['step_time_s']:.3f} ms (backward {t['backward_time_source']})")
     elif r.problem == "placement" and t:
         lines.append(f"makespan     {1e3 * t['makespan_s']:.3f} ms ({t['makespan']:,} ticks)")
         lines.append("device busy  " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["busy_s"]))

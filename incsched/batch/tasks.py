@@ -32,7 +32,8 @@ class ProblemRecipe:
 
     ``kind`` is ``"stage"`` (``n_stages``, ``alpha`` or ``weights``, ``capacity``,
     ``spill_capacity``; ``objective`` ``"memory"`` for mem_peak alone, or ``"throughput"`` for
-    `StageProblem.pipeline` with ``memory``, ``bandwidth`` and ``micro_batches``) or
+    `StageProblem.pipeline` with ``memory``, ``bandwidth``, ``micro_batches`` and ``training``, the
+    keywords of its training mode: ``{"optimizer": ..., "schedule": ..., "recompute": ...}``) or
     ``"placement"`` (``n_devices``, ``bandwidth``, ``latency``, or measured ``devices`` and
     ``links`` as ``incsched profile --links`` writes them); ``device_kind`` picks node times.
     """
@@ -52,6 +53,7 @@ class ProblemRecipe:
     objective: str = "peer"  # stage: "peer" (alpha or weights), "memory" or "throughput"
     memory: int | None = None  # throughput: per-stage parameters plus the activations 1F1B keeps
     micro_batches: int = 4  # throughput: micro-batches per run
+    training: dict[str, Any] | None = None  # throughput: mode="training" with these optimizer / schedule / recompute
 
     def build(self, graph):
         from ..problems import ObjectiveWeights, PlacementProblem, StageProblem
@@ -59,8 +61,9 @@ class ProblemRecipe:
         if self.kind == "stage" and self.objective == "memory":
             return StageProblem(graph, self.n_stages, ObjectiveWeights(mem_peak=1), capacity=self.capacity, device_kind=self.device_kind)
         if self.kind == "stage" and self.objective == "throughput":
+            mode = {"mode": "training", **self.training} if self.training is not None else {}
             return StageProblem.pipeline(graph, self.n_stages, memory=self.memory, bandwidth=self.bandwidth, micro_batches=self.micro_batches,
-                                         capacity=self.capacity, device_kind=self.device_kind)
+                                         capacity=self.capacity, device_kind=self.device_kind, **mode)
         if self.kind == "stage" and self.objective != "peer":
             raise ValueError(f"recipe objective must be 'peer', 'memory' or 'throughput', got {self.objective!r}")
         if self.kind == "stage":
@@ -84,7 +87,7 @@ class ProblemRecipe:
 
 #: Recipe fields added after batches were first keyed, with their defaults: left out of the key
 #: at those defaults, so that results stored before (every peer-objective batch) are not solved again.
-_LATER_FIELDS = {"objective": "peer", "memory": None, "micro_batches": 4}
+_LATER_FIELDS = {"objective": "peer", "memory": None, "micro_batches": 4, "training": None}
 
 
 def batch_key(graph, recipe: ProblemRecipe, solve_kwargs: dict[str, Any]) -> str:

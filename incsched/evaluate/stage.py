@@ -13,7 +13,11 @@ exact decimal it denotes (`ObjectiveWeights.exact`): a Python int when whole, el
 
 The pipeline figures (``stage_time_peak``, per-stage sends and memory in flight) follow the model in
 `incsched.problems.stage`'s notes, recomputed here from the edges: each value's last reader's stage,
-and a difference array over the stages it is sent from.
+and a difference array over the stages it is sent from. Training mode (``problem.training``) follows
+`incsched.problems.training`'s rules, recomputed here from the per-stage sums: parameters times the
+optimizer's factor, the schedule's stashed activations (or, with recompute, the bytes each stage
+receives, counted from the edges), forward plus backward seconds, sends both ways, and
+``step_time_s``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..problems import training
 from ..problems.stage import ProblemError, StageProblem, exact_number
 
 __all__ = ["StageEvaluation", "evaluate_stages"]
@@ -45,7 +50,9 @@ class StageEvaluation:
     plus sends, ticks), ``stage_time_peak`` (their maximum) and ``stage_time_s`` /
     ``stage_time_peak_s`` in unrounded seconds; ``throughput`` is micro-batches per second at the
     slowest stage (inf when every stage takes no time); ``stage_memory`` (Python ints) is each
-    stage's parameters plus its activations in flight, which the problem's ``memory`` bounds.
+    stage's parameters plus its activations in flight, which the problem's ``memory`` bounds (in
+    training mode parameters, gradients, optimizer state and stashed activations); ``step_time_s``
+    is a training step's seconds (`StageProblem.step_slots` times the slowest stage), None otherwise.
     """
 
     feasible: bool
@@ -69,6 +76,7 @@ class StageEvaluation:
     stage_time: np.ndarray | None = None  # (K,) compute plus send ticks
     stage_time_s: np.ndarray | None = None  # (K,) seconds, unrounded
     stage_memory: tuple[int, ...] | None = None  # (K,) parameters plus activations in flight
+    step_time_s: float | None = None  # training: one step, (M + K - 1) slowest stages (interleaved: M + (K - 1) / v)
     pipelined: bool = False
 
     @property
@@ -149,6 +157,8 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
         note([f"stage {k} holds {int(stage_mem[k])} parameter bytes, over its capacity {problem.capacity[k]}" for k in over])
 
     seconds = np.asarray(g.time(problem.device_kind), dtype=np.float64)
+    if problem.training:  # forward plus backward (measured, else the documented estimate)
+        seconds = seconds + np.asarray(training.backward_seconds(g, problem.device_kind), dtype=np.float64)
     speed = np.ones(K) if problem.stage_speed is None else np.asarray(problem.stage_speed, dtype=np.float64)
     # The problem's own tick table (it checks the range); the stage each node sits on picks the column.
     node_ticks = problem.node_ticks[np.arange(g.n_nodes), s] if g.n_nodes else np.zeros(0, dtype=np.int64)
@@ -179,23 +189,29 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     # Sends: a value goes from its stage through every boundary before its last reader's stage, once.
     # Without a bandwidth they are free (and the edges are not walked: every other problem's case).
     stage_send, send_s = np.zeros(K, dtype=np.int64), np.zeros(K + 1)
-    if problem.bandwidth is not None:
+    sends, last = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if problem.bandwidth is not None or problem.recompute:  # recompute: a stage keeps what it receives
         data = g.edge_bytes > 0
         last = np.full(g.n_nodes, -1, dtype=np.int64)
         np.maximum.at(last, g.src[data], sv[data])
         sends = np.flatnonzero(last > s)
+    if problem.bandwidth is not None:
+        directions = training.SEND_DIRECTIONS if problem.training else 1  # activation forward, gradient back
         send_diff = np.zeros(K + 1, dtype=np.int64)
         np.add.at(send_diff, s[sends], problem.send_ticks[sends])
         np.add.at(send_diff, last[sends], -problem.send_ticks[sends])
         stage_send = np.cumsum(send_diff)[:K]  # each entry <= all sends' ticks <= 2**61: no wrap
-        np.add.at(send_s, s[sends], g.out_bytes[sends] / problem.bandwidth)
-        np.add.at(send_s, last[sends], -g.out_bytes[sends] / problem.bandwidth)
+        np.add.at(send_s, s[sends], directions * g.out_bytes[sends] / problem.bandwidth)
+        np.add.at(send_s, last[sends], -directions * g.out_bytes[sends] / problem.bandwidth)
     stage_time = stage_compute + stage_send
     stage_time_s = stage_compute_s + np.maximum(np.cumsum(send_s)[:K], 0.0)
     acts = np.zeros(K, dtype=np.int64)
     np.add.at(acts, s, g.out_bytes)
     # Python ints: in-flight counts times activations are not bounded by the byte columns' limit.
-    stage_memory = tuple(int(m) + f * int(a) for m, f, a in zip(stage_mem.tolist(), problem.in_flight(), acts.tolist()))
+    if problem.training:
+        stage_memory = _training_memory(problem, s, sends, last, stage_mem.tolist(), acts.tolist())
+    else:
+        stage_memory = tuple(int(m) + f * int(a) for m, f, a in zip(stage_mem.tolist(), problem.in_flight(), acts.tolist()))
     if problem.memory is not None:
         over = [k for k, (load, cap) in enumerate(zip(stage_memory, problem.memory)) if load > cap]
         note([f"stage {k} holds {stage_memory[k]} bytes of parameters and activations in flight, over its memory {problem.memory[k]}"
@@ -229,10 +245,37 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
             stage_time=stage_time,
             stage_time_s=stage_time_s,
             stage_memory=stage_memory,
+            step_time_s=float(problem.step_slots() * slowest_s) if problem.training else None,
             **values,
         ),
         problem.pipelined,
     )
+
+
+def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, last: np.ndarray, params: list, acts: list) -> tuple[int, ...]:
+    """Each stage's training bytes (`incsched.problems.training`'s notes), in Python ints.
+
+    Without recompute: ``factor * params_k + stashed_k * acts_k``. With it: ``factor * params_k +
+    acts_k + stashed_k * (inputs_k + received_k)``, inputs the source nodes' outputs on k and
+    received the values crossing the boundary before k (a difference array over boundaries).
+    """
+    g, K = problem.graph, problem.n_stages
+    factor = training.param_factor(problem.optimizer)
+    stashed = training.stashed_micro_batches(problem.schedule, K, problem.micro_batches)
+    if not problem.recompute:
+        return tuple(factor * int(m) + f * int(a) for m, f, a in zip(params, stashed, acts))
+    inputs = [0] * K
+    for v in np.flatnonzero(g.in_degree == 0).tolist():
+        inputs[int(s[v])] += int(g.out_bytes[v])
+    crossing = [0] * (K + 1)  # crossing[b]: bytes of the values sent over boundary b (stage b to b + 1)
+    for u in sends.tolist():
+        crossing[int(s[u])] += int(g.out_bytes[u])
+        crossing[int(last[u])] -= int(g.out_bytes[u])
+    received, running = [0] * K, 0
+    for k in range(1, K):
+        running += crossing[k - 1]
+        received[k] = running
+    return tuple(factor * int(m) + int(a) + f * (i + r) for m, a, f, i, r in zip(params, acts, stashed, inputs, received))
 
 
 def _as_stage_array(stages, n: int) -> np.ndarray:

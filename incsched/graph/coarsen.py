@@ -49,7 +49,7 @@ def quotient(
 ) -> CompGraph:
     """Merge groups of nodes into single nodes.
 
-    A merged node sums its members' ``flops``, ``param_bytes`` and every ``compute_time`` column
+    A merged node sums its members' ``flops``, ``param_bytes`` and every ``compute_time`` and ``backward_time`` column
     (a shared weight whose readers all merge into one node joins that node's ``param_bytes``);
     its ``members`` are the members' own ``members`` (or names) concatenated in topological order.
     It is named after, and takes the op kind of, its representative member: the one with the most
@@ -166,6 +166,7 @@ def quotient(
         out_bytes=out_bytes,
         edge_bytes=np.asarray([edge_bytes[k] for k in keys], dtype=np.int64),
         compute_time={kind: summed(t) for kind, t in graph.compute_time.items()},
+        backward_time={kind: summed(t) for kind, t in graph.backward_time.items()},
         members=members,
         shared_weights=shared,
         name=graph.name,

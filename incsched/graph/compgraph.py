@@ -62,6 +62,9 @@ class CompGraph:
         Bytes moved along each edge when its ends sit apart; default ``out_bytes[src]``.
     compute_time : mapping of str to sequence of float, optional
         Measured seconds per node, keyed by device kind (``"cpu"``, ``"cuda"``).
+    backward_time : mapping of str to sequence of float, optional
+        Measured seconds of each node's backward pass (training), keyed by device kind like
+        ``compute_time``; a kind without a column is estimated (`incsched.problems.training`).
     members : sequence of sequence of str, optional
         For captured graphs: the torch.fx node names each node stands for (after coarsening).
     shared_weights : sequence of SharedWeight or of mapping, optional
@@ -99,6 +102,7 @@ class CompGraph:
         out_bytes: Sequence[int] | np.ndarray | None = None,
         edge_bytes: Sequence[int] | np.ndarray | None = None,
         compute_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
+        backward_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
         members: Sequence[Sequence[str]] | None = None,
         shared_weights: Sequence[SharedWeight | Mapping[str, Any]] | None = None,
         name: str = "graph",
@@ -121,13 +125,8 @@ class CompGraph:
             _check_total("edge_bytes (out_bytes of each edge's source)", self.edge_bytes)
         else:
             self.edge_bytes = _check_costs("edge_bytes", edge_bytes, m, edge_labels, integral=True)
-        self.compute_time: Mapping[str, np.ndarray] = {}
-        if compute_time is not None and not isinstance(compute_time, Mapping):
-            raise GraphError(f"compute_time must map device kinds to per-node seconds (e.g. {{'cpu': [...]}}), got {type(compute_time).__name__}")
-        for kind, times in (compute_time or {}).items():
-            if not isinstance(kind, str) or not kind:
-                raise GraphError(f"compute_time keys must be device-kind strings, got {kind!r}")
-            self.compute_time[kind] = _check_costs(f"compute_time[{kind!r}]", times, n, self.names, integral=False)
+        self.compute_time: Mapping[str, np.ndarray] = _check_times("compute_time", compute_time, n, self.names)
+        self.backward_time: Mapping[str, np.ndarray] = _check_times("backward_time", backward_time, n, self.names)
         self.members: tuple[tuple[str, ...], ...] | None = None
         if members is not None:
             if len(members) != n:
@@ -136,7 +135,6 @@ class CompGraph:
                 if isinstance(group, (str, bytes)) or not all(isinstance(x, str) for x in group):
                     raise GraphError(f"members of node {self.names[i]!r} must be a list of fx node names, got {group!r}")
             self.members = tuple(tuple(group) for group in members)
-        self.compute_time = MappingProxyType(self.compute_time)  # read-only view: graphs are immutable
         self.shared_weights: tuple[SharedWeight, ...] = self._check_shared(shared_weights or ())
         self.name = str(name)
         self.meta: Mapping[str, Any] = MappingProxyType(dict(meta or {}))
@@ -444,6 +442,7 @@ class CompGraph:
             "out_bytes": self.out_bytes,
             "edge_bytes": self.edge_bytes,
             "compute_time": self.compute_time,
+            "backward_time": self.backward_time,
             "members": self.members,
             "shared_weights": self.shared_weights,
             "name": self.name,
@@ -525,6 +524,8 @@ class CompGraph:
                 for f in ("src", "dst", "flops", "param_bytes", "out_bytes", "edge_bytes")
             )
             and all(np.array_equal(v, other.compute_time[k]) for k, v in self.compute_time.items())
+            and self.backward_time.keys() == other.backward_time.keys()
+            and all(np.array_equal(v, other.backward_time[k]) for k, v in self.backward_time.items())
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -656,6 +657,18 @@ MAX_EXACT_FLOAT_INT = 2**53
 #: sum of a column's values then fits numpy's int64 with a factor of two to spare, so per-stage and
 #: per-device loads can stay int64 arrays without wrap-around; it is also CP-SAT's domain limit.
 MAX_TOTAL_BYTES = 2**62
+
+
+def _check_times(field: str, times, n: int, names) -> Mapping[str, np.ndarray]:
+    """Per-node seconds keyed by device kind (``compute_time``, ``backward_time``), checked, read-only."""
+    if times is not None and not isinstance(times, Mapping):
+        raise GraphError(f"{field} must map device kinds to per-node seconds (e.g. {{'cpu': [...]}}), got {type(times).__name__}")
+    out = {}
+    for kind, column in (times or {}).items():
+        if not isinstance(kind, str) or not kind:
+            raise GraphError(f"{field} keys must be device-kind strings, got {kind!r}")
+        out[kind] = _check_costs(f"{field}[{kind!r}]", column, n, names, integral=False)
+    return MappingProxyType(out)  # read-only view: graphs are immutable
 
 
 def _check_costs(field: str, values, n: int, labels, integral: bool) -> np.ndarray:

@@ -37,6 +37,8 @@ def graph_to_dict(graph: CompGraph) -> dict[str, Any]:
     }
     if graph.compute_time:
         nodes["compute_time"] = {k: v.tolist() for k, v in sorted(graph.compute_time.items())}
+    if graph.backward_time:
+        nodes["backward_time"] = {k: v.tolist() for k, v in sorted(graph.backward_time.items())}
     if graph.members is not None:
         nodes["members"] = [list(m) for m in graph.members]
     out = {
@@ -99,9 +101,11 @@ def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None
     op = _optional(nodes, "op", list, source, None, "nodes.")
     members = _optional(nodes, "members", list, source, None, "nodes.")
     compute_time = _optional(nodes, "compute_time", dict, source, None, "nodes.")
-    for kind, times in (compute_time or {}).items():
-        if not isinstance(times, list):
-            raise FormatError(f"{source}: field nodes.compute_time[{kind!r}] must be a list, got {type(times).__name__}")
+    backward_time = _optional(nodes, "backward_time", dict, source, None, "nodes.")
+    for field, columns in (("compute_time", compute_time), ("backward_time", backward_time)):
+        for kind, times in (columns or {}).items():
+            if not isinstance(times, list):
+                raise FormatError(f"{source}: field nodes.{field}[{kind!r}] must be a list, got {type(times).__name__}")
     for i, group in enumerate(members or ()):
         if not isinstance(group, list):
             where = f"node {names[i]!r}" if i < len(names) and isinstance(names[i], str) else f"entry {i}"
@@ -119,6 +123,8 @@ def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None
         _check_texts(source, "op kind", op)
     if compute_time is not None:
         _check_texts(source, "compute_time device kind", list(compute_time))
+    if backward_time is not None:
+        _check_texts(source, "backward_time device kind", list(backward_time))
     return names, src, dst, dict(
         op=op,
         flops=_optional(nodes, "flops", list, source, None, "nodes."),
@@ -126,6 +132,7 @@ def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None
         out_bytes=_whole(_optional(nodes, "out_bytes", list, source, None, "nodes."), "nodes.out_bytes", names, source),
         edge_bytes=_whole(_optional(edges, "bytes", list, source, None, "edges."), "edges.bytes", None, source),
         compute_time=compute_time,
+        backward_time=backward_time,
         members=members,
         shared_weights=shared,
         name=name,

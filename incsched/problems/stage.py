@@ -52,6 +52,13 @@ capacity), the throughput objective of torchgpipe's ``balance_by_time`` and Pipe
   first backward). A stage's activations per micro-batch are its nodes' ``out_bytes``, so stage k
   holds ``params_k + in_flight(k) * activations_k`` bytes (`StageProblem.stage_memory_coef`),
   which the hard ``memory`` capacity bounds. Exact Python ints; solvers clamp it like ``capacity``.
+
+Training mode (``mode="training"``: `incsched.problems.training` holds its rules) keeps these
+accessors and changes what they hold: ``stage_memory_coef`` charges parameters times the
+optimizer's ``param_factor`` (gradients and optimizer state) and the activations the ``schedule``
+stashes for backward (``in_flight``), ``stage_input_coef`` the inputs kept under ``recompute``;
+``node_ticks`` are forward plus backward; ``send_ticks`` carry each crossed value forward and its
+gradient back. The objective stays ``stage_time_peak``: a step is `step_slots` of it.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ from ..errors import FormatError, InfeasibleProblem, ProblemError
 from ..formats.json_graph import graph_from_dict, graph_to_dict
 from ..graph import MAX_EXACT_FLOAT_INT, MAX_TOTAL_BYTES, CompGraph
 from ..jsonio import read_json, write_json
+from . import training
 from .documents import check_document
 from .units import FINEST_TIME_UNIT, MIN_WORK_TICKS, auto_time_unit
 
@@ -235,6 +243,15 @@ class StageProblem:
         Bytes per second of a send between stages (the ``stage_time_peak`` term); None: free.
     micro_batches : int, optional
         Micro-batches per pipeline run (>= 1): how many activations stage k keeps in flight.
+    mode : {"inference", "training"}
+        Training adds gradients, optimizer state, the schedule's stashed activations and the
+        backward pass (the module notes; `incsched.problems.training`); needs ``micro_batches``.
+    optimizer : str, optional
+        Training: a preset of `incsched.problems.training.OPTIMIZERS` (default ``"adam-fp32"``).
+    schedule : str, optional
+        Training: ``"gpipe"``, ``"1f1b"`` (default) or ``"interleaved:v"``.
+    recompute : bool
+        Training: activation recomputation (a stage keeps its inputs per micro-batch in flight).
 
     Raises
     ------
@@ -242,7 +259,8 @@ class StageProblem:
         If K < 1, a weight is NaN / negative, ``comm`` is unknown, a capacity or speed has the
         wrong length or an invalid value, the spill term lacks a ``spill_capacity``, the bandwidth
         is not a positive finite number, ``micro_batches`` is not a whole number >= 1, or
-        ``memory`` comes without ``micro_batches``.
+        ``memory`` comes without ``micro_batches``, or a training field is unknown or set in
+        inference mode (one line naming the choices).
 
     Examples
     --------
@@ -264,6 +282,10 @@ class StageProblem:
     memory: tuple[int, ...] | None = None
     bandwidth: float | None = None
     micro_batches: int | None = None
+    mode: str = "inference"
+    optimizer: str | None = None
+    schedule: str | None = None
+    recompute: bool = False
 
     def __post_init__(self):
         if not isinstance(self.graph, CompGraph):
@@ -285,6 +307,7 @@ class StageProblem:
         if self.weights.spill > 0 and self.spill_capacity is None:
             raise ProblemError("the spill term has a positive weight but no spill_capacity is given")
         self._check_pipeline_fields()
+        self._check_training_fields()
         if self.stage_speed is not None:
             speed = tuple(float(s) for s in self.stage_speed)
             if len(speed) != self.n_stages:
@@ -318,6 +341,13 @@ class StageProblem:
         if self.memory is not None and self.micro_batches is None:
             raise ProblemError("memory (parameters plus activations in flight) needs micro_batches to count the activations")
 
+    def _check_training_fields(self) -> None:
+        checked = training.check_training(self.mode, self.optimizer, self.schedule, self.recompute)
+        for name, value in zip(("mode", "optimizer", "schedule", "recompute"), checked):
+            object.__setattr__(self, name, value)
+        if self.training and self.micro_batches is None:
+            raise ProblemError("mode='training' needs micro_batches: the schedule's stashed activations and the step time count them")
+
     def _per_stage_bytes(self, name: str, value) -> tuple[int, ...] | None:
         if value is None:
             return None
@@ -346,7 +376,7 @@ class StageProblem:
 
     def _auto_time_unit(self) -> float:
         slowest = min(self.stage_speed) if self.stage_speed else 1.0
-        total = float(self.graph.time(self.device_kind).sum()) / slowest
+        total = float(self.node_seconds().sum()) / slowest
         if not math.isfinite(total):
             raise ProblemError(
                 f"the compute times of graph {self.graph.name!r} add up to more than a float64 holds "
@@ -382,7 +412,8 @@ class StageProblem:
 
     @classmethod
     def pipeline(cls, graph: CompGraph, n_stages: int = 4, *, memory=None, bandwidth: float | None = None,
-                 micro_batches: int = 4, **kwargs: Any) -> StageProblem:
+                 micro_batches: int = 4, mode: str = "inference", optimizer: str | None = None, schedule: str | None = None,
+                 recompute: bool = False, **kwargs: Any) -> StageProblem:
         """The throughput objective: minimise ``stage_time_peak``, the slowest stage's compute plus sends.
 
         What torchgpipe's ``balance_by_time`` and PipeDream's and Alpa's planners optimise: a
@@ -400,6 +431,10 @@ class StageProblem:
             Bytes per second of a stage-to-stage send; None: sends are free.
         micro_batches : int
             Micro-batches per run (sets the activations in flight; default 4).
+        mode, optimizer, schedule, recompute
+            ``mode="training"``: the slowest stage's forward plus backward and sends both ways,
+            under memory for parameters, gradients, optimizer state (the ``optimizer`` preset) and
+            the activations the ``schedule`` stashes (see `incsched.problems.training`).
         **kwargs
             Further `StageProblem` fields (capacity, device_kind, stage_speed ...).
 
@@ -409,18 +444,56 @@ class StageProblem:
         >>> p = StageProblem.pipeline(g, 2, memory=60, micro_batches=4)
         >>> p.weights.stage_time_peak, p.stage_memory_coef.tolist()
         (1, [[20, 15], [30, 30]])
+        >>> t = StageProblem.pipeline(g, 2, micro_batches=4, mode="training", optimizer="adam-fp32")
+        >>> t.param_factor, t.in_flight(), t.stage_memory_coef.tolist()
+        (4, [2, 1], [[50, 45], [120, 120]])
         """
         return cls(graph, n_stages, ObjectiveWeights(stage_time_peak=1), comm="bytes", memory=memory, bandwidth=bandwidth,
-                   micro_batches=micro_batches, **kwargs)
+                   micro_batches=micro_batches, mode=mode, optimizer=optimizer, schedule=schedule, recompute=recompute, **kwargs)
 
     @property
     def pipelined(self) -> bool:
         """Whether the pipeline model is in play (its term weighed, or memory, bandwidth or micro-batches set)."""
-        return self.weights.stage_time_peak > 0 or self.memory is not None or self.bandwidth is not None or self.micro_batches is not None
+        return (self.weights.stage_time_peak > 0 or self.memory is not None or self.bandwidth is not None or self.micro_batches is not None
+                or self.training)
+
+    # ------------------------------------------------------------------ training mode (incsched.problems.training)
+
+    @property
+    def training(self) -> bool:
+        """Whether the problem is in training mode."""
+        return self.mode == "training"
+
+    @property
+    def param_factor(self) -> int:
+        """Bytes a weight costs per parameter byte on a stage: 1, or the optimizer preset's factor in training."""
+        return training.param_factor(self.optimizer) if self.training else 1
+
+    def node_seconds(self) -> np.ndarray:
+        """Seconds per node that ``node_ticks`` round: forward, plus backward in training mode."""
+        if self.training:
+            return training.training_seconds(self.graph, self.device_kind)
+        return np.asarray(self.graph.time(self.device_kind), dtype=np.float64)
+
+    def step_slots(self) -> int | Fraction:
+        """Slowest-stage times per training step (``M + K - 1``; interleaved ``M + (K - 1) / v``)."""
+        if not self.training:
+            raise ProblemError("step_slots is a training-mode figure (mode='training')")
+        return training.step_slots(self.schedule, self.n_stages, self.micro_batches)
+
+    @cached_property
+    def stage_input_coef(self) -> tuple[int, ...]:
+        """Times stage k keeps each value it receives (crossing the boundary before it): ``in_flight(k)``
+        under ``recompute``, else 0. Solvers add ``coef[k] * (bytes crossing boundary k - 1)`` to
+        stage k's memory."""
+        return tuple(training.stage_input_coef(self.in_flight(), self.recompute)) if self.training else (0,) * self.n_stages
 
     def in_flight(self) -> list[int]:
-        """Micro-batches whose activations stage k keeps under 1F1B: ``min(K - k, micro_batches)`` (1 without micro_batches)."""
+        """Micro-batches whose activations stage k keeps: ``min(K - k, micro_batches)`` under 1F1B (1 without micro_batches),
+        the training ``schedule``'s count in training mode (`incsched.problems.training.stashed_micro_batches`)."""
         m = 1 if self.micro_batches is None else self.micro_batches
+        if self.training:
+            return training.stashed_micro_batches(self.schedule, self.n_stages, m)
         return [min(self.n_stages - k, m) for k in range(self.n_stages)]
 
     @cached_property
@@ -431,13 +504,16 @@ class StageProblem:
         """
         g = self.graph
         f = self.in_flight()
-        worst = int(g.param_bytes.sum()) + max(f) * int(g.out_bytes.sum())
+        worst = self.param_factor * int(g.param_bytes.sum()) + (max(f) + max(self.stage_input_coef)) * int(g.out_bytes.sum())
         if worst > MAX_TOTAL_BYTES:
             raise ProblemError(
                 f"stage problem on graph {self.graph.name!r}: parameters plus {max(f)} micro-batches of activations "
                 f"come to {worst} bytes, beyond the supported 2**62; scale the byte counts down"
             )
-        out = g.param_bytes.astype(np.int64)[:, None] + np.asarray(f, dtype=np.int64)[None, :] * g.out_bytes.astype(np.int64)[:, None]
+        if self.training:
+            out = training.memory_coefficients(g, self.optimizer, f, self.recompute)
+        else:
+            out = g.param_bytes.astype(np.int64)[:, None] + np.asarray(f, dtype=np.int64)[None, :] * g.out_bytes.astype(np.int64)[:, None]
         out.setflags(write=False)
         return out
 
@@ -457,7 +533,9 @@ class StageProblem:
         out = np.zeros(g.n_nodes, dtype=np.int64)
         if self.bandwidth is not None and g.n_nodes:
             per_tick = Fraction(repr(self.bandwidth)) * Fraction(repr(self.time_unit))  # bytes one tick carries
-            ticks = [round(Fraction(int(b)) / per_tick) for b in g.out_bytes.tolist()]
+            # Training: each crossed value goes forward and its gradient comes back (the module notes).
+            directions = training.SEND_DIRECTIONS if self.training else 1
+            ticks = [round(Fraction(directions * int(b)) / per_tick) for b in g.out_bytes.tolist()]
             total = sum(ticks) + int(self.node_ticks.max(axis=1).sum())
             if total > MAX_TOTAL_TICKS:
                 v = int(np.argmax(g.out_bytes))
@@ -481,8 +559,9 @@ class StageProblem:
         """``memory`` with every value above the most any stage can hold clamped to it (int64-safe, same answers)."""
         if self.memory is None:
             return None
-        most = self.stage_memory_coef.sum(axis=0)
-        return tuple(min(int(c), int(most[k])) for k, c in enumerate(self.memory))
+        acts = int(self.graph.out_bytes.sum())
+        most = [int(m) + c * acts for m, c in zip(self.stage_memory_coef.sum(axis=0).tolist(), self.stage_input_coef)]
+        return tuple(min(int(c), most[k]) for k, c in enumerate(self.memory))
 
     # ------------------------------------------------------------------ integer data for solvers
 
@@ -504,7 +583,7 @@ class StageProblem:
             If the ticks of the whole graph (each node at its slowest) exceed `MAX_TOTAL_TICKS`:
             the time unit is too fine for these times; the message names the node that dominates.
         """
-        t = np.asarray(self.graph.time(self.device_kind), dtype=np.float64)
+        t = self.node_seconds()
         speed = np.asarray(self.stage_speed if self.stage_speed else [1.0] * self.n_stages)
         with np.errstate(over="ignore"):
             raw = np.rint(t[:, None] / speed[None, :] / self.time_unit)
@@ -596,16 +675,20 @@ class StageProblem:
             v = int(np.flatnonzero(~fits)[0])
             return (
                 f"node {g.names[v]!r} needs {int(self.stage_memory_coef[v].min())} bytes of memory on any stage "
-                f"({int(g.param_bytes[v])} parameter bytes plus its activations of {int(g.out_bytes[v])} bytes times the "
+                f"({int(g.param_bytes[v])} parameter bytes{self._factor_note()} plus its activations of {int(g.out_bytes[v])} bytes times the "
                 f"micro-batches in flight), more than any stage's memory (largest {max(self.memory)} bytes)"
             )
-        least = int(g.param_bytes.sum()) + int(g.out_bytes.sum())  # every stage keeps at least one micro-batch
+        # Every stage keeps at least one micro-batch; in training each node at its cheapest stage.
+        least = int(self.stage_memory_coef.min(axis=1).sum()) if self.training else int(g.param_bytes.sum()) + int(g.out_bytes.sum())
         if least > sum(self.memory):
             return (
-                f"the graph's parameters plus one micro-batch of activations ({least} bytes) exceed the "
+                f"the graph's parameters{self._factor_note()} plus one micro-batch of activations ({least} bytes) exceed the "
                 f"{self.n_stages} stages' total memory of {sum(self.memory)} bytes"
             )
         return None
+
+    def _factor_note(self) -> str:
+        return f" times {self.param_factor} for gradients and {self.optimizer} state" if self.training else ""
 
     def check_feasible(self) -> None:
         """Raise `InfeasibleProblem` if `infeasibility` finds a reason.
@@ -730,6 +813,8 @@ class StageProblem:
             "memory": None if self.memory is None else list(self.memory),
             "bandwidth": self.bandwidth,
             "micro_batches": self.micro_batches,
+            **({"mode": self.mode, "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute}
+               if self.training else {}),
         }
 
     @classmethod
@@ -763,6 +848,10 @@ class StageProblem:
             memory=data.get("memory"),
             bandwidth=data.get("bandwidth"),
             micro_batches=data.get("micro_batches"),
+            mode=data.get("mode", "inference"),
+            optimizer=data.get("optimizer"),
+            schedule=data.get("schedule"),
+            recompute=data.get("recompute", False),
         )
 
     def save(self, path: str | os.PathLike) -> None:

@@ -210,7 +210,9 @@ def check_model_range(problem: StageProblem, weights: dict[str, int] | None = No
     if weights.get("stage_time_peak"):
         sums["one stage's compute and send ticks"] = ub["stage_time_peak"]
     if problem.memory is not None:
-        sums["one stage's parameters and activations in flight"] = int(problem.stage_memory_coef.sum(axis=0).max(initial=0))
+        acts = int(problem.graph.out_bytes.sum())  # training with recompute: plus the values a stage receives
+        sums["one stage's parameters and activations in flight"] = max(
+            (int(m) + c * acts for m, c in zip(problem.stage_memory_coef.sum(axis=0).tolist(), problem.stage_input_coef)), default=0)
     for what, size in sums.items():
         if size > CPSAT_LIMIT:
             raise ProblemError(
@@ -351,6 +353,10 @@ class _StageModel:
             matters[self.problem.graph.dst[data & self._senders()[self.problem.graph.src]]] = True  # readers decide a send
         if self.use_memory:
             matters |= self.problem.stage_memory_coef.any(axis=1)
+        if self.use_memory and any(self.problem.stage_input_coef):  # training with recompute: what a stage receives
+            data, kept = self.problem.readers, self._kept_values()
+            matters |= kept
+            matters[self.problem.graph.dst[data & kept[self.problem.graph.src]]] = True
         free = self.allowed.sum(axis=1) > 1
         self.on_stage: list[dict[int, cp_model.IntVar] | None] = [None] * len(p)
         self.n_booleans = 0
@@ -464,12 +470,45 @@ class _StageModel:
         return sum(lit for k, lit in x.items() if k >= b)
 
     def _pipeline_memory(self) -> None:
-        """params_k + in_flight(k) * activations_k <= memory[k] (the 1F1B model of the problem's notes)."""
-        coef = self.problem.stage_memory_coef
+        """params_k + in_flight(k) * activations_k <= memory[k] (the 1F1B model of the problem's notes).
+
+        Training with recompute adds ``stage_input_coef[k]`` times the bytes stage k receives: a
+        value u crosses boundary b = k - 1 when s_u <= b < s_v for a reader v; ``cross[u,b] >=
+        [s_v > b] - [s_u > b]`` for each reader suffices, since a capacity is only ever helped by
+        a smaller ``cross``.
+        """
+        coef, extra = self.problem.stage_memory_coef, self.problem.stage_input_coef
+        out = self.problem.graph.out_bytes
         most = coef.sum(axis=0)
+        kept = np.flatnonzero(self._kept_values()).tolist() if any(extra) else []
         for k, cap in enumerate(self.problem.effective_memory):
-            if cap < int(most[k]):  # at least everything constrains nothing
-                self.model.Add(self._stage_sum(coef, k) <= cap)
+            if cap >= int(most[k]) + extra[k] * int(out.sum()):  # at least everything constrains nothing
+                continue
+            received = sum(int(out[u]) * self._crossing(u, k - 1) for u in kept) if extra[k] else 0
+            self.model.Add(self._stage_sum(coef, k) + extra[k] * received <= cap)
+
+    def _kept_values(self) -> np.ndarray:
+        """Nodes whose value has bytes and a reader: those a stage under recompute may receive and keep."""
+        g = self.problem.graph
+        has_reader = np.zeros(g.n_nodes, dtype=bool)
+        has_reader[g.src[self.problem.readers]] = True
+        return has_reader & (g.out_bytes > 0)
+
+    def _crossing(self, u: int, b: int):
+        """At least [u's value crosses boundary b] (a constant, or a Boolean bounded below by each reader)."""
+        g = self.problem.graph
+        if not hasattr(self, "_reads"):
+            self._reads: dict[int, list[int]] = {}
+            for x, v in zip(g.src[self.problem.readers].tolist(), g.dst[self.problem.readers].tolist()):
+                self._reads.setdefault(x, []).append(v)
+        later = [self._at_or_after(v, b + 1) for v in self._reads[u]]
+        moved = self._at_or_after(u, b + 1)
+        if isinstance(moved, int) and all(isinstance(x, int) for x in later):
+            return int(moved == 0 and any(later))
+        cross = self.model.NewBoolVar(f"cross[{g.names[u]},{b}]")
+        for x in later:
+            self.model.Add(cross >= x - moved)
+        return cross
 
     def _stage_time(self) -> list:
         """stage_time_peak == max_k (compute ticks of k + send ticks of the values k sends).

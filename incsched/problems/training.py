@@ -1,0 +1,245 @@
+"""Training mode of the stage problem: what a pipeline stage holds and spends when it trains.
+
+`StageProblem` (``mode="training"``) routes its memory coefficients, node times, sends and step
+time through this module, so every back end keeps reading the same accessors
+(`StageProblem.stage_memory_coef`, `node_ticks`, `send_ticks`, `in_flight`) and the evaluator
+recomputes the same rules from the graph. Exact Python ints throughout; seconds only for times.
+
+The model, stage k of K (0-based), M micro-batches:
+
+- *Weights.* ``param_factor(optimizer) * params_k``: parameters, their gradients and the
+  optimizer's state, as bytes per byte of parameter (`OPTIMIZERS`; a shared weight held on a stage
+  is multiplied by the same factor).
+- *Activations.* Each schedule stashes, for the backward pass, the activations of
+  `stashed_micro_batches` micro-batches (``in_flight(k)``): ``in_flight(k) * acts_k``, ``acts_k``
+  the ``out_bytes`` of the stage's nodes. With ``recompute`` (activation checkpointing at the stage
+  boundary) the stage keeps per micro-batch in flight only its inputs, that is the values it
+  receives (`stage_input_coef`: every value crossing the boundary before it, and the graph's
+  source nodes, the model's inputs), plus one micro-batch's full activations, rebuilt for the
+  backward pass being run: ``acts_k + in_flight(k) * (received_k + sources_k)``.
+- *Time.* Forward plus backward seconds per node (`training_seconds`): backward measured where
+  capture measured it (``CompGraph.backward_time``), else estimated as twice the forward (the
+  standard rule: a backward pass computes the gradients of the inputs and of the weights, each
+  about the forward's FLOPs; Kaplan et al. 2020, Narayanan et al. 2021), and labelled so
+  (`backward_source`).
+- *Sends.* A value crossing a boundary moves forward as an activation and back as its gradient, the
+  same bytes: both are charged to the stage before the boundary (`SEND_DIRECTIONS`), as the
+  inference model charges the forward send, so one stage per boundary link carries its traffic.
+- *Step time.* 1F1B and GPipe run M + K - 1 slots of the slowest stage's forward-and-backward time
+  (K - 1 of them the fill and drain bubble); interleaved 1F1B with v chunks per stage shrinks the
+  bubble to (K - 1) / v (Narayanan et al. 2021, section 2.2.2): `step_slots`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import ProblemError
+from ..graph import CompGraph
+
+__all__ = [
+    "OptimizerPreset",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "MODES",
+    "SEND_DIRECTIONS",
+    "BACKWARD_ESTIMATE_FACTOR",
+    "check_training",
+    "param_factor",
+    "parse_schedule",
+    "stashed_micro_batches",
+    "memory_coefficients",
+    "stage_input_coef",
+    "backward_seconds",
+    "backward_source",
+    "training_seconds",
+    "step_slots",
+]
+
+#: How a stage problem runs: forward only, or forward, backward and an optimizer step.
+MODES = ("inference", "training")
+
+#: Pipeline schedules by name; ``interleaved:v`` takes the chunks per stage, v >= 2.
+SCHEDULES = ("gpipe", "1f1b", "interleaved:v")
+
+#: A crossed boundary carries the activation forward and its gradient back (same bytes).
+SEND_DIRECTIONS = 2
+
+#: Backward seconds per forward second when nothing was measured (backward ~ 2x forward FLOPs).
+BACKWARD_ESTIMATE_FACTOR = 2
+
+
+@dataclass(frozen=True)
+class OptimizerPreset:
+    """Training bytes per byte of parameter, and the rule they come from.
+
+    ``param_factor`` = (parameter + gradient + optimizer-state bytes per parameter) / (bytes per
+    parameter as the graph counts it). The graph's ``param_bytes`` are the weights in the preset's
+    ``param_dtype`` (capture the model in that dtype): a bf16 model's 2 bytes per parameter under
+    ``adam-mixed`` become 16.
+    """
+
+    name: str
+    param_factor: int
+    param_dtype: str
+    rule: str
+
+
+#: The named presets (ZeRO, Rajbhandari et al. 2020, section 3.1, counts mixed-precision Adam as 16 bytes per parameter).
+OPTIMIZERS: dict[str, OptimizerPreset] = {
+    p.name: p
+    for p in (
+        OptimizerPreset("adam-fp32", 4, "fp32", "fp32 params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per 4-byte param"),
+        OptimizerPreset("adam-mixed", 8, "bf16", "bf16 params 2 + grads 2 + fp32 master 4 + m 4 + v 4 = 16 bytes per 2-byte param"),
+        OptimizerPreset("sgd-momentum-fp32", 3, "fp32", "fp32 params 4 + grads 4 + momentum 4 = 12 bytes per 4-byte param"),
+        OptimizerPreset("sgd-fp32", 2, "fp32", "fp32 params 4 + grads 4 = 8 bytes per 4-byte param"),
+    )
+}
+
+DEFAULT_OPTIMIZER = "adam-fp32"
+DEFAULT_SCHEDULE = "1f1b"
+
+
+def check_training(mode, optimizer, schedule, recompute) -> tuple[str, str | None, str | None, bool]:
+    """The training fields of a `StageProblem`, checked and normalised.
+
+    Inference takes none of them (``optimizer``, ``schedule`` None, ``recompute`` False); training
+    fills the defaults (``adam-fp32``, ``1f1b``).
+
+    Raises
+    ------
+    ProblemError
+        One line naming the bad value and the choices.
+
+    Examples
+    --------
+    >>> check_training("training", None, "interleaved:2", False)
+    ('training', 'adam-fp32', 'interleaved:2', False)
+    """
+    if mode not in MODES:
+        raise ProblemError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if not isinstance(recompute, (bool, np.bool_)):
+        raise ProblemError(f"recompute must be True or False, got {recompute!r}")
+    if mode == "inference":
+        if optimizer is not None or schedule is not None or recompute:
+            raise ProblemError("optimizer, schedule and recompute belong to mode='training'")
+        return mode, None, None, False
+    optimizer = DEFAULT_OPTIMIZER if optimizer is None else optimizer
+    if optimizer not in OPTIMIZERS:
+        raise ProblemError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {optimizer!r}")
+    schedule = DEFAULT_SCHEDULE if schedule is None else schedule
+    parse_schedule(schedule)
+    return mode, optimizer, schedule, bool(recompute)
+
+
+def param_factor(optimizer: str) -> int:
+    """Bytes a trained weight costs per byte of parameter under ``optimizer`` (`OPTIMIZERS`)."""
+    return OPTIMIZERS[optimizer].param_factor
+
+
+def parse_schedule(schedule: str) -> tuple[str, int]:
+    """``(kind, chunks)``: ``("gpipe", 1)``, ``("1f1b", 1)`` or ``("interleaved", v)``.
+
+    Raises
+    ------
+    ProblemError
+        For another name, or chunks that are not a whole number >= 2.
+    """
+    if schedule in ("gpipe", "1f1b"):
+        return schedule, 1
+    if isinstance(schedule, str) and schedule.startswith("interleaved:"):
+        text = schedule.split(":", 1)[1]
+        if text.isdigit() and int(text) >= 2:
+            return "interleaved", int(text)
+        raise ProblemError(f"schedule {schedule!r}: interleaved:v needs v, the chunks per stage, a whole number >= 2")
+    raise ProblemError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
+
+
+def stashed_micro_batches(schedule: str, n_stages: int, micro_batches: int) -> list[int]:
+    """Micro-batches whose activations stage k keeps for backward at the schedule's peak.
+
+    - GPipe: all M forwards run before any backward: M on every stage.
+    - 1F1B: stage k runs K - k - 1 warm-up forwards and one more before its first backward:
+      ``min(K - k, M)``.
+    - Interleaved 1F1B, v chunks per stage (each 1/v of its layers): rank k runs
+      ``2 (K - k - 1) + (v - 1) K`` warm-up chunk-forwards, at most the ``M v`` there are
+      (Megatron-LM ``forward_backward_pipelining_with_interleaving``; torch.distributed.pipelining
+      ``ScheduleInterleaved1F1B`` counts the same warm-up), one more before its first backward.
+      Those c = ``min(2 (K - k - 1) + (v - 1) K + 1, M v)`` chunk-activations are held as
+      ``ceil(c / v)`` whole micro-batches of the stage's activations: a safe count whatever the
+      chunks' sizes (some chunk holds ``ceil(c / v)`` of them at most), within one micro-batch of
+      the equal-chunk figure ``c / v``, whose stage 0 value K (1 + (K - 1) / (K v)) is Korthikanti
+      et al. 2022's (section 4.2.3).
+
+    >>> stashed_micro_batches("1f1b", 4, 8), stashed_micro_batches("gpipe", 4, 8)
+    ([4, 3, 2, 1], [8, 8, 8, 8])
+    >>> stashed_micro_batches("interleaved:2", 4, 8)
+    [6, 5, 4, 3]
+    """
+    kind, v = parse_schedule(schedule)
+    K, M = n_stages, micro_batches
+    if kind == "gpipe":
+        return [M] * K
+    if kind == "1f1b":
+        return [min(K - k, M) for k in range(K)]
+    chunks = [min(2 * (K - k - 1) + (v - 1) * K + 1, M * v) for k in range(K)]
+    return [-(-c // v) for c in chunks]
+
+
+def memory_coefficients(graph: CompGraph, optimizer: str, in_flight: list[int], recompute: bool) -> np.ndarray:
+    """Bytes node v adds to stage k's training memory wherever its neighbours sit, shape (n_nodes, K).
+
+    ``param_factor * param_bytes[v] + in_flight(k) * out_bytes[v]``; with ``recompute``, one
+    micro-batch's ``out_bytes[v]`` (``in_flight(k)`` of them for a source node, a model input the
+    stage keeps per micro-batch). The values a stage receives are `stage_input_coef`'s. int64;
+    the caller checks the range.
+    """
+    f = np.asarray(in_flight, dtype=np.int64)[None, :]
+    acts = graph.out_bytes.astype(np.int64)[:, None]
+    if recompute:
+        source = (graph.in_degree == 0)[:, None]
+        per_act = np.where(source, f, 1)
+    else:
+        per_act = f
+    return param_factor(optimizer) * graph.param_bytes.astype(np.int64)[:, None] + per_act * acts
+
+
+def stage_input_coef(in_flight: list[int], recompute: bool) -> list[int]:
+    """Per stage, how many times it keeps each value it receives (the bytes crossing the boundary
+    before it): ``in_flight(k)`` under ``recompute`` (stage 0 receives nothing), else 0 (the
+    values are among some stage's own activations already)."""
+    if not recompute:
+        return [0] * len(in_flight)
+    return [0] + [int(f) for f in in_flight[1:]]
+
+
+def backward_seconds(graph: CompGraph, kind: str) -> np.ndarray:
+    """Backward seconds per node on ``kind``: measured (``graph.backward_time[kind]``), else
+    `BACKWARD_ESTIMATE_FACTOR` times the forward (`CompGraph.time`)."""
+    if kind in graph.backward_time:
+        return graph.backward_time[kind]
+    return BACKWARD_ESTIMATE_FACTOR * np.asarray(graph.time(kind), dtype=np.float64)
+
+
+def backward_source(graph: CompGraph, kind: str) -> str:
+    """Where `backward_seconds` come from, for reports: ``"measured"`` or ``"estimated (2x forward)"``."""
+    return "measured" if kind in graph.backward_time else f"estimated ({BACKWARD_ESTIMATE_FACTOR}x forward)"
+
+
+def training_seconds(graph: CompGraph, kind: str) -> np.ndarray:
+    """Forward plus backward seconds per node on ``kind`` (float64)."""
+    return np.asarray(graph.time(kind), dtype=np.float64) + np.asarray(backward_seconds(graph, kind), dtype=np.float64)
+
+
+def step_slots(schedule: str, n_stages: int, micro_batches: int) -> int | Fraction:
+    """Slowest-stage times one training step takes: ``M + K - 1``, or ``M + (K - 1) / v`` interleaved.
+
+    >>> step_slots("1f1b", 4, 8), step_slots("interleaved:2", 4, 8)
+    (11, Fraction(19, 2))
+    """
+    kind, v = parse_schedule(schedule)
+    slots = Fraction(micro_batches) + Fraction(n_stages - 1, v)
+    return int(slots) if slots.denominator == 1 else slots
