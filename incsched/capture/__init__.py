@@ -27,6 +27,7 @@ from .assemble import assemble, describe_params
 from .granularity import group_by_units, parse_granularity, unit_modules
 from .models import known_fix
 from .profile import profile_nodes
+from .saved import saved_tensor_bytes
 from .trace import trace
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def capture(
     repeats: int = 5,
     warmup: int = 2,
     name: str | None = None,
+    training: bool = False,
 ) -> Capture:
     """Capture ``model`` called on ``example_inputs`` as a computation graph.
 
@@ -88,7 +90,9 @@ def capture(
     such as a tied embedding, is one of the graph's ``shared_weights``, also described in
     ``meta["shared_params"]``; weights no node reads are
     charged to the reader of their module's other weights and listed in ``meta["unread_params"]``);
-    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs.
+    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs; with
+    ``training``, ``saved_bytes`` are the activations autograd saves for each node's backward
+    (`incsched.capture.saved`), what a pipeline schedule stashes per micro-batch.
 
     Parameters
     ----------
@@ -118,6 +122,9 @@ def capture(
         Timed runs per node (median taken) and untimed warm-up runs.
     name : str, optional
         Model name for the graph and errors; default the model's class name.
+    training : bool
+        Also run the graph once with gradients on and record ``saved_bytes`` (one more forward,
+        holding one batch's saved activations).
 
     Returns
     -------
@@ -155,6 +162,12 @@ def capture(
     except Exception as err:  # the traced graph failed to run: report it as a capture failure
         raise CaptureError(f"{name}: running the traced graph failed: {type(err).__name__}: {err}") from err
     asm = assemble(traced.graph_module, profile, name=name)
+    if training:
+        try:
+            saved = saved_tensor_bytes(traced.graph_module, traced.flat_inputs)
+        except Exception as err:  # a graph that runs without gradients may still fail with them
+            raise CaptureError(f"{name}: running the traced graph with gradients failed: {type(err).__name__}: {err}") from err
+        asm.graph = asm.graph.replace(saved_bytes=[saved.get(nm, 0) for nm in asm.graph.names])
     if grouping == "op":
         graph = apply_coarsening(asm.graph, coarsen, scopes=[asm.module_paths[nm] for nm in asm.graph.names])
         # a node is named after one of its fx nodes: its module, so an export can name where a cut falls

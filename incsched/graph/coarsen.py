@@ -167,6 +167,7 @@ def quotient(
         edge_bytes=np.asarray([edge_bytes[k] for k in keys], dtype=np.int64),
         compute_time={kind: summed(t) for kind, t in graph.compute_time.items()},
         backward_time={kind: summed(t) for kind, t in graph.backward_time.items()},
+        saved_bytes=None if graph.saved_bytes is None else summed(graph.saved_bytes),
         members=members,
         shared_weights=shared,
         name=graph.name,

@@ -65,6 +65,10 @@ class CompGraph:
     backward_time : mapping of str to sequence of float, optional
         Measured seconds of each node's backward pass (training), keyed by device kind like
         ``compute_time``; a kind without a column is estimated (`incsched.problems.training`).
+    saved_bytes : sequence of int, optional
+        Bytes of the activations autograd saves for each node's backward, per micro-batch
+        (measured by ``capture(..., training=True)``); None when not measured, and training mode
+        then counts ``out_bytes`` instead, as an estimate.
     members : sequence of sequence of str, optional
         For captured graphs: the torch.fx node names each node stands for (after coarsening).
     shared_weights : sequence of SharedWeight or of mapping, optional
@@ -103,6 +107,7 @@ class CompGraph:
         edge_bytes: Sequence[int] | np.ndarray | None = None,
         compute_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
         backward_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
+        saved_bytes: Sequence[int] | np.ndarray | None = None,
         members: Sequence[Sequence[str]] | None = None,
         shared_weights: Sequence[SharedWeight | Mapping[str, Any]] | None = None,
         name: str = "graph",
@@ -127,6 +132,7 @@ class CompGraph:
             self.edge_bytes = _check_costs("edge_bytes", edge_bytes, m, edge_labels, integral=True)
         self.compute_time: Mapping[str, np.ndarray] = _check_times("compute_time", compute_time, n, self.names)
         self.backward_time: Mapping[str, np.ndarray] = _check_times("backward_time", backward_time, n, self.names)
+        self.saved_bytes: np.ndarray | None = None if saved_bytes is None else _check_costs("saved_bytes", saved_bytes, n, self.names, integral=True)
         self.members: tuple[tuple[str, ...], ...] | None = None
         if members is not None:
             if len(members) != n:
@@ -443,6 +449,7 @@ class CompGraph:
             "edge_bytes": self.edge_bytes,
             "compute_time": self.compute_time,
             "backward_time": self.backward_time,
+            "saved_bytes": self.saved_bytes,
             "members": self.members,
             "shared_weights": self.shared_weights,
             "name": self.name,
@@ -525,6 +532,8 @@ class CompGraph:
             )
             and all(np.array_equal(v, other.compute_time[k]) for k, v in self.compute_time.items())
             and self.backward_time.keys() == other.backward_time.keys()
+            and (self.saved_bytes is None) == (other.saved_bytes is None)
+            and (self.saved_bytes is None or np.array_equal(self.saved_bytes, other.saved_bytes))
             and all(np.array_equal(v, other.backward_time[k]) for k, v in self.backward_time.items())
         )
 

@@ -37,6 +37,8 @@ def graph_to_dict(graph: CompGraph) -> dict[str, Any]:
     }
     if graph.compute_time:
         nodes["compute_time"] = {k: v.tolist() for k, v in sorted(graph.compute_time.items())}
+    if graph.saved_bytes is not None:
+        nodes["saved_bytes"] = graph.saved_bytes.tolist()
     if graph.backward_time:
         nodes["backward_time"] = {k: v.tolist() for k, v in sorted(graph.backward_time.items())}
     if graph.members is not None:
@@ -133,6 +135,7 @@ def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None
         edge_bytes=_whole(_optional(edges, "bytes", list, source, None, "edges."), "edges.bytes", None, source),
         compute_time=compute_time,
         backward_time=backward_time,
+        saved_bytes=_whole(_optional(nodes, "saved_bytes", list, source, None, "nodes."), "nodes.saved_bytes", names, source),
         members=members,
         shared_weights=shared,
         name=name,

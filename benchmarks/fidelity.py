@@ -1,0 +1,167 @@
+"""Benchmark: what the stage model predicts against what a real pipeline builds and spends.
+
+For each model (random weights, built offline): capture at layer granularity on one micro-batch
+with measured forward times, solve the training-throughput problem (`StageProblem.pipeline`,
+``mode="training"``, 1F1B, Adam in fp32) with inc-ilp, build the pipeline from the result with
+``torch.distributed.pipelining.pipeline()`` and the exported ``split_spec``, and run real training
+steps on K forked gloo CPU ranks (`incsched.execute.training_step.train_step`). One row per stage:
+
+- parameter bytes: predicted (`CompGraph.part_param_bytes`, tied weights once per stage that reads
+  them) against the bytes the built stage module holds (distinct storages);
+- training memory: predicted (the evaluator's ``stage_memory``: parameters x the optimizer's
+  factor + the activations 1F1B stashes) against the stage's measured peak of live tensor bytes;
+- the step: predicted ``step_time_s`` (M + K - 1 slowest stages, forward measured, backward
+  measured or estimated as twice the forward) against the measured median step.
+
+The even layer split (torchtitan's default: the same number of layers per stage) runs beside ours,
+predicted and measured, on the same ranks.
+
+    .venv/bin/python benchmarks/fidelity.py                      # tiny GPT-2 (tied) and ResNet-18
+    .venv/bin/python benchmarks/fidelity.py --models gpt2-small --stages 4 --steps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from incsched.capture import capture, zoo  # noqa: E402
+from incsched.evaluate.stage import evaluate_stages  # noqa: E402
+from incsched.execute.training_step import train_step  # noqa: E402
+from incsched.export import split_spec  # noqa: E402
+from incsched.front_door import solve  # noqa: E402
+from incsched.problems.stage import StageProblem  # noqa: E402
+
+MIB = 2**20
+
+
+def _gpt2(size: str):
+    tf = zoo.import_transformers()
+    shapes = {"gpt2-tiny": dict(n_layer=4, n_embd=128, n_head=4, vocab_size=2000, n_positions=64),
+              "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=128)}[size]
+    config = tf.GPT2Config(**shapes, use_cache=False, bos_token_id=0, eos_token_id=0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+
+    class LM(nn.Module):  # logits only, so the last stage's output is one tensor for the loss
+        def __init__(self):
+            super().__init__()
+            self.lm = tf.GPT2LMHeadModel(config)
+
+        def forward(self, ids):
+            return self.lm(ids).logits
+
+    vocab, seq = shapes["vocab_size"], shapes["n_positions"]
+
+    def batch(n):
+        ids = torch.randint(0, vocab, (n, seq))
+        return (ids,), ids
+
+    def loss(logits, target):
+        return nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
+
+    return LM, batch, loss
+
+
+def _resnet18():
+    tv = zoo.import_torchvision()
+
+    def build():
+        return tv.models.resnet18(weights=None, num_classes=10)
+
+    def batch(n):
+        return (torch.randn(n, 3, 64, 64),), torch.randint(0, 10, (n,))
+
+    return build, batch, nn.functional.cross_entropy
+
+
+MODELS = {"gpt2-tiny": lambda: _gpt2("gpt2-tiny"), "gpt2-small": lambda: _gpt2("gpt2-small"), "resnet18": _resnet18}
+
+
+def even_layers(n_nodes: int, K: int) -> list[int]:
+    """The same number of graph nodes (layers) per stage, in call order: torchtitan's default split."""
+    return [min(K - 1, v * K // n_nodes) for v in range(n_nodes)]
+
+
+def _stage_modules(build, mb_args, graph, stages):
+    from torch.distributed.pipelining import SplitPoint, pipeline
+
+    torch.manual_seed(0)
+    model = build()
+    spec = {m: getattr(SplitPoint, w.name) for m, w in split_spec(graph, stages).items()}
+    pipe = pipeline(model, mb_args, split_spec=spec)
+    return [pipe.get_stage_module(k) for k in range(len(spec) + 1)]
+
+
+def _held_bytes(module: nn.Module) -> int:
+    seen = {}
+    for t in [*module.parameters(), *module.buffers()]:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def run_model(name: str, K: int, M: int, mb_size: int, time_limit: float, steps: int) -> list[dict]:
+    build, batch, loss = MODELS[name]()
+    torch.manual_seed(0)
+    mb_args, _ = batch(mb_size)
+    cap = capture(build().eval(), mb_args, granularity="layer", measure=True, name=name)
+    graph = cap.graph
+    problem = StageProblem.pipeline(graph, K, micro_batches=M, mode="training", optimizer="adam-fp32", schedule="1f1b")
+    result = solve(problem, time_limit=time_limit)
+    inputs, target = batch(mb_size * M)
+    rows = []
+    for split, stages in (("inc-ilp", np.asarray(result.stages)), ("even layers", np.asarray(even_layers(graph.n_nodes, K)))):
+        predicted = evaluate_stages(problem, stages)
+        modules = _stage_modules(build, mb_args, graph, stages)
+        measured = train_step(modules, inputs, target, loss, n_micro=M, timed_steps=steps)
+        params = graph.part_param_bytes(stages, K)
+        for k in range(K):
+            rows.append({
+                "model": name, "split": split, "stage": k,
+                "param_pred": params[k], "param_built": _held_bytes(modules[k]),
+                "mem_pred": predicted.stage_memory[k], "mem_meas": measured.stages[k].peak_bytes,
+                "step_pred": predicted.step_time_s, "step_meas": measured.median_step_seconds,
+                "status": result.status if split == "inc-ilp" else "-",
+            })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", default=["gpt2-tiny", "resnet18"], choices=sorted(MODELS))
+    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--micro-batch-size", type=int, default=4)
+    ap.add_argument("--time-limit", type=float, default=20.0)
+    ap.add_argument("--steps", type=int, default=3, help="timed training steps per split")
+    args = ap.parse_args(argv)
+    zoo.ensure_torchvision_importable()
+    torch.set_num_threads(1)
+    print(f"# {' '.join(['python', 'benchmarks/fidelity.py', *(argv if argv is not None else sys.argv[1:])])}")
+    print(f"# {platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, torch {torch.__version__}, "
+          f"K={args.stages}, M={args.micro_batches}, micro-batch {args.micro_batch_size}, 1F1B, adam-fp32, gloo CPU ranks")
+    print("| model | split | stage | params predicted | params built | memory predicted (MiB) | peak measured (MiB) | ratio | step predicted (s) | step measured (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    started = time.perf_counter()
+    for name in args.models:
+        for r in run_model(name, args.stages, args.micro_batches, args.micro_batch_size, args.time_limit, args.steps):
+            ok = "=" if r["param_pred"] == r["param_built"] else "!="
+            print(f"| {r['model']} | {r['split']} | {r['stage']} | {r['param_pred']:,} | {r['param_built']:,} {ok} | "
+                  f"{r['mem_pred'] / MIB:.2f} | {r['mem_meas'] / MIB:.2f} | {r['mem_meas'] / r['mem_pred']:.3f} | "
+                  f"{r['step_pred']:.3f} | {r['step_meas']:.3f} |")
+    print(f"# {time.perf_counter() - started:.0f} s in all; load {os.getloadavg()[0]:.1f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
