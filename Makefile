@@ -10,11 +10,14 @@ RUN_GRAPH ?= resnet50
 install: $(STAMP)
 
 # torch first and pinned (the CPU wheel on this machine's disk); torchvision at the release built
-# for that torch (its C++ ops cannot load beside the CPU torch; incsched works without them).
-$(STAMP): pyproject.toml Makefile
+# for that torch. Its only wheel here is the CUDA build, whose C++ ops cannot load beside the CPU
+# torch; the guard lets `import torchvision` (and transformers) succeed without them, installed
+# only where a plain import fails (scripts/torchvision_guard.py says why and what the real fix is).
+$(STAMP): pyproject.toml Makefile scripts/torchvision_guard.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet torchvision==0.28.0
+	$(PY) scripts/torchvision_guard.py install
 	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx]'
 	touch $(STAMP)
 

@@ -218,13 +218,13 @@ def _parser() -> argparse.ArgumentParser:
     conv.set_defaults(run=_graph_convert)
 
     sol = sub.add_parser("solve", help="solve a stage or placement problem and print the certified result")
-    sol.add_argument("graph", help="graph file (.json, .json.gz, .gml)")
+    sol.add_argument("graph", help="graph file (.json, .gml, .onnx, each also .gz) or a shipped graph's name")
     _add_problem_args(sol)
     sol.add_argument("--json", metavar="OUT", help="write the result as JSON (atomically); '-' writes it to stdout and the summary to stderr")
     sol.set_defaults(run=_solve)
 
     bat = sub.add_parser("batch", help="solve every graph file in a folder; resumable, one result file each")
-    bat.add_argument("folder", help="folder of graph files (.json, .json.gz, .gml)")
+    bat.add_argument("folder", help="folder of graph files (.json, .gml, .onnx, each also .gz); any other entry is named and left out")
     bat.add_argument("-o", "--output", required=True, help="folder for <graph>.result.json files and batch.json")
     bat.add_argument("--jobs", type=_workers, default=None,
                      help="graphs solved at once: local processes (default 1), or the CPUs of the Ray --engine ray starts (default all)")
@@ -932,11 +932,15 @@ def _write_json_output(path: str, data) -> str | None:
 
 
 def _batch(args) -> int:
-    from .batch import BatchInterrupted, graph_files, run_batch
+    from .batch import BatchInterrupted, graph_files, left_out, run_batch
+    from .formats import GRAPH_SUFFIXES
 
     files = graph_files(args.folder)
+    others = left_out(args.folder)
+    for path, why in others:
+        print(f"incsched: left out {path}: {why}", file=sys.stderr)
     if not files:
-        raise IncschedError(f"{args.folder}: no graph files (.json, .json.gz, .gml) found")
+        raise IncschedError(f"{args.folder}: no graph files ({', '.join(GRAPH_SUFFIXES)}) found")
     recipe = _recipe(args)  # a bad option or links file fails before any worker starts
     if args.address is not None and args.engine != "ray":
         raise IncschedError("--address names a Ray cluster: it needs --engine ray")
@@ -955,22 +959,26 @@ def _batch(args) -> int:
         items = run_batch(files, args.output, recipe, jobs=args.jobs, engine=args.engine, address=args.address, progress=progress,
                           **_solve_kwargs(args))
     except BatchInterrupted as stop:
-        _batch_summary(stop.items, args.output)
+        _batch_summary(stop.items, args.output, others)
         print(f"incsched: interrupted; the results written are kept, {Path(args.output) / 'batch.json'} lists what is done",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    return _batch_summary(items, args.output)
+    return _batch_summary(items, args.output, others)
 
 
-def _batch_summary(items, output: str) -> int:
+def _batch_summary(items, output: str, others) -> int:
     counts = {k: sum(it.outcome == k for it in items) for k in ("solved", "skipped", "failed", "interrupted")}
     line = f"{counts['solved']} solved, {counts['skipped']} already done, {counts['failed']} failed"
     if counts["interrupted"]:
         line += f", {counts['interrupted']} not done (interrupted)"
+    if others:
+        line += f", {len(others)} left out (not graph files)"
     print(f"{line} -> {output}")
     for it in items:
         if it.outcome == "failed":
             print(f"  failed: {it.graph_file}: {it.error}")
+    for path, why in others:
+        print(f"  left out: {path}: {why}")
     return 1 if counts["failed"] else 0
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from incsched import load_graph, save_graph
-from incsched.batch import BatchInterrupted, ProblemRecipe, batch_key, graph_files, result_path, run_batch
+from incsched.batch import BatchInterrupted, ProblemRecipe, batch_key, graph_files, left_out, result_path, run_batch
 from incsched.cli import main
 from incsched.errors import FormatError
 from incsched.formats.gml import write_gml
@@ -99,8 +99,8 @@ def test_another_recipe_or_setting_solves_again(two_graphs, tmp_path):
     assert max(Result.load(items[0].result_file).stages) <= 2 and len(Result.load(items[0].result_file).terms["stage_mem"]) == 3
     for recipe, kwargs in [
         (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 5}),
-        (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 6}),
         (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 6, "seed": 1}),
+        (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 6, "seed": 1, "work_limit": 3}),
         (ProblemRecipe("stage", n_stages=3, alpha=7), {"time_limit": 6, "seed": 1, "method": "ilp"}),
         (ProblemRecipe("placement", n_devices=2), {"time_limit": 6}),
     ]:
@@ -181,7 +181,7 @@ def test_a_stored_result_is_rechecked_before_it_counts(two_graphs, tmp_path, edi
     elif edit == "bool_stage":
         _edit_result(path, stages=[True if s == 1 else s for s in data["stages"]] if 1 in data["stages"] else [True] * len(data["stages"]))
     else:
-        _edit_result(path, provenance={**data["provenance"], "batch_key": "0" * 64})
+        _edit_result(path, provenance={**data["provenance"], "batch_key": "0" * 64, "batch_key_untimed": "0" * 64})
     items = run_batch(graph_files(two_graphs), out, recipe, time_limit=5)
     assert _outcomes(items) == {"g1.json": "solved", "g2.json": "skipped"}
     fresh = Result.load(path)
@@ -255,7 +255,7 @@ def test_a_broken_link_a_link_loop_and_a_folder_named_json_are_reported_not_skip
     (folder / "dir.json").mkdir()
     (folder / "broken.json").symlink_to(folder / "missing.json")
     (folder / "loop.json").symlink_to(folder / "loop.json")
-    (folder / "notes.txt").write_text("not a graph: not listed")
+    (folder / "notes.txt").write_text("not a graph: named and left out")
     (folder / "alias.json").symlink_to(folder / "ok.json")  # a link to a graph file is a graph file
     files = graph_files(folder)
     assert [f.name for f in files] == ["alias.json", "broken.json", "dir.json", "loop.json", "ok.json"]
@@ -275,3 +275,98 @@ def test_a_broken_link_a_link_loop_and_a_folder_named_json_are_reported_not_skip
     printed = capsys.readouterr().out
     for name, why in (("broken.json", "a broken symbolic link"), ("dir.json", "a folder"), ("loop.json", "a symbolic link loop")):
         assert f"failed: {folder / name}: {why}" in printed
+
+
+# ---------------------------------------------------------------------- ONNX, left-out entries, time limits (issue 26)
+
+
+def test_onnx_files_are_batch_graphs(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from test_onnx import small_cnn
+
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    onnx.save(small_cnn(), str(folder / "cnn.onnx"))
+    save_graph(layered_dag(12, n_layers=4, seed=1, name="g"), folder / "g.json")
+    files = graph_files(folder)
+    assert [f.name for f in files] == ["cnn.onnx", "g.json"] and left_out(folder) == []
+    items = run_batch(files, tmp_path / "out", ProblemRecipe("stage", n_stages=2), time_limit=5)
+    assert [(it.outcome, it.status) for it in items] == [("solved", "optimal")] * 2
+    solved = Result.load(items[0].result_file)
+    assert len(solved.stages) == load_graph(folder / "cnn.onnx").n_nodes and solved.provenance["graph_file"] == "cnn.onnx"
+
+
+def test_every_entry_left_out_is_named_with_why(tmp_path, capsys):
+    folder = tmp_path / "graphs"
+    save_graph(layered_dag(12, n_layers=4, seed=1, name="ok"), folder / "ok.json")
+    (folder / "notes.txt").write_text("not a graph")
+    (folder / "model.pt2").write_bytes(b"")
+    (folder / "README").write_text("")
+    (folder / "old").mkdir()
+    why = {p.name: reason for p, reason in left_out(folder)}
+    assert set(why) == {"README", "model.pt2", "notes.txt", "old"}
+    assert why["notes.txt"].startswith("unknown extension .txt (graph files end in .json, .json.gz, .gml, .gml.gz, .onnx, .onnx.gz)")
+    assert why["model.pt2"].startswith("unknown extension .pt2") and why["README"].startswith("no extension")
+    assert why["old"].startswith("a folder")
+    assert main(["batch", str(folder), "-o", str(tmp_path / "out"), "--stages", "2", "--time-limit", "5", "-q"]) == 0
+    captured = capsys.readouterr()
+    assert "1 solved, 0 already done, 0 failed, 4 left out (not graph files)" in captured.out
+    for name, reason in why.items():
+        assert f"left out {folder / name}: {reason}" in captured.err and f"  left out: {folder / name}: {reason}" in captured.out
+    (folder / "ok.json").unlink()
+    assert main(["batch", str(folder), "-o", str(tmp_path / "out"), "--stages", "2"]) == 1
+    captured = capsys.readouterr()
+    assert "no graph files (.json, .json.gz, .gml, .gml.gz, .onnx, .onnx.gz) found" in captured.err
+    assert f"left out {folder / 'notes.txt'}" in captured.err
+
+
+def test_a_proven_result_is_kept_under_another_time_limit(two_graphs, tmp_path):
+    out = tmp_path / "out"
+    files = graph_files(two_graphs)
+    recipe = ProblemRecipe("stage", n_stages=2)
+    first = run_batch(files, out, recipe, time_limit=5, work_limit=3)
+    assert [it.status for it in first] == ["optimal", "optimal"]
+    kept = run_batch(files, out, recipe, time_limit=9, work_limit=3)
+    assert [it.outcome for it in kept] == ["skipped", "skipped"]
+    assert [it.extra for it in kept] == [{"key": it.extra["key"], "time_limit": 5.0} for it in first]
+    stored = Result.load(kept[0].result_file)
+    assert stored.provenance["time_limit"] == 5 and stored.provenance["batch_key"] == first[0].extra["key"]
+    # the rest of the settings, the recipe and the content are still in the key
+    assert set(_outcomes(run_batch(files, out, recipe, time_limit=9, work_limit=4)).values()) == {"solved"}
+    assert set(_outcomes(run_batch(files, out, ProblemRecipe("stage", n_stages=3), time_limit=5, work_limit=4)).values()) == {"solved"}
+    g = load_graph(two_graphs / "g1.json")
+    save_graph(g.replace(param_bytes=g.param_bytes + 1), two_graphs / "g1.json")
+    assert _outcomes(run_batch(files, out, ProblemRecipe("stage", n_stages=3), time_limit=7, work_limit=4)) == {
+        "g1.json": "solved", "g2.json": "skipped"}
+
+
+@pytest.mark.parametrize("status, stop_reason, kept", [
+    ("feasible", "time", False), ("window_optimal", "work", False), ("infeasible", "time", False), ("infeasible", "optimal", True),
+])
+def test_an_unproven_result_is_solved_again_under_another_time_limit(two_graphs, tmp_path, status, stop_reason, kept):
+    out = tmp_path / "out"
+    files = graph_files(two_graphs)
+    recipe = ProblemRecipe("stage", n_stages=2)
+    run_batch(files, out, recipe, time_limit=5)
+    path = result_path(files[0], out)
+    data = json.loads(path.read_text())
+    unproven = {"status": status, "stop_reason": stop_reason, "lower_bound": None, "gap": None}
+    if status == "infeasible":
+        unproven.update(objective=None, stages=None, reason="made up for the test")
+    _edit_result(path, **unproven)
+    assert _outcomes(run_batch(files, out, recipe, time_limit=5))["g1.json"] == "skipped"  # the same time limit: kept as it is
+    assert _outcomes(run_batch(files, out, recipe, time_limit=6)) == {"g1.json": "skipped" if kept else "solved", "g2.json": "skipped"}
+
+
+def test_the_untimed_key_leaves_out_the_time_limit_only():
+    g = layered_dag(12, n_layers=4, seed=1, name="g")
+    recipe = ProblemRecipe("stage", n_stages=2)
+
+    def untimed(**kwargs):
+        return batch_key(g, recipe, kwargs, untimed=True)
+
+    assert untimed(time_limit=5) == untimed(time_limit=60) == untimed() != batch_key(g, recipe, {}, untimed=False)
+    assert batch_key(g, recipe, {"time_limit": 5}) != batch_key(g, recipe, {"time_limit": 6})
+    for other in ({"work_limit": 3}, {"seed": 1}, {"deterministic": False, "workers": 4}, {"method": "ilp"}):
+        assert untimed(time_limit=5, **other) != untimed(time_limit=5), other
+    assert batch_key(g, ProblemRecipe("stage", n_stages=3), {}, untimed=True) != untimed()

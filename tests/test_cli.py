@@ -174,6 +174,24 @@ def test_solve_rejects_a_file_that_is_not_a_links_file(small_graph_file, tmp_pat
     assert "not a links file" in capsys.readouterr().err
 
 
+def test_the_readme_links_file_parses_and_solves(small_graph_file, tmp_path, capsys):
+    """The README's links example is data/links/example.json (in the wheel: tests/test_packaging.py), and it solves."""
+    from incsched.result import Result
+
+    shipped = REPO / "data" / "links" / "example.json"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("[data/links/example.json](data/links/example.json)", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    assert json.loads(block) == read_json(shipped)
+    _, path = small_graph_file
+    result = tmp_path / "solved" / "r.json"
+    result.parent.mkdir()
+    assert main(["solve", str(path), "--links", str(shipped), "--time-limit", "5", "--json", str(result), "-q"]) == 0
+    solved = Result.load(result)
+    assert solved.problem == "placement" and solved.status == "optimal" and len(solved.order) == 3
+    assert main(["batch", str(path.parent), "-o", str(tmp_path / "out"), "--links", str(shipped), "--time-limit", "5", "-q"]) == 0
+    assert "1 solved" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_solve_starts_inc_ilp_from_the_named_prescheduler(tmp_path, capsys):
     graph = REPO / "data/graphs/resnet18.json.gz"

@@ -131,20 +131,22 @@ def test_capture_warns_on_a_model_left_in_training_mode(factory_file, caplog):
 def test_torchvision_imports_only_after_the_workaround():
     """The cause, kept visible: PyPI's torchvision 0.28.0 is a CUDA build beside a CPU torch here.
 
-    If this starts failing because plain ``import torchvision`` works, the workaround (and the
-    README's note) can go.
+    The zoo's workaround serves installs without the venv guard `make` adds (scripts/torchvision_guard.py),
+    so the guard is taken out of these interpreters. If this starts failing because plain
+    ``import torchvision`` works, the workaround and the guard can go.
     """
     from incsched.capture import zoo
 
     if importlib.util.find_spec("torchvision") is None:
         pytest.skip("torchvision is not installed")
 
-    plain = subprocess.run([sys.executable, "-c", "import torchvision"], capture_output=True, text=True, timeout=120)
+    unguarded = "import sys; sys.meta_path[:] = [f for f in sys.meta_path if type(f).__module__ != '_incsched_torchvision_guard']; "
+    plain = subprocess.run([sys.executable, "-c", unguarded + "import torchvision"], capture_output=True, text=True, timeout=120)
     if plain.returncode == 0:
         pytest.skip("torchvision imports on its own here (its C++ extension loads)")
     assert "torchvision::nms does not exist" in plain.stderr
     fixed = subprocess.run(
-        [sys.executable, "-c", "from incsched.capture import zoo; zoo.ensure_torchvision_importable(); import torchvision"],
+        [sys.executable, "-c", unguarded + "from incsched.capture import zoo; zoo.ensure_torchvision_importable(); import torchvision"],
         capture_output=True, text=True, timeout=120,
     )
     assert fixed.returncode == 0, fixed.stderr[-2000:]

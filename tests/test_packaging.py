@@ -1,5 +1,6 @@
-"""Packaging: public names declared, one logging namespace, the CLI's --json - and log levels, and a
-built wheel that works on its own (its package data, the policy weights among them, included)."""
+"""Packaging: public names declared, one logging namespace, the CLI's --json - and log levels, a
+built wheel that works on its own (its package data, the policy weights among them, included), and
+the venv `make` builds, where transformers and torchvision import with no call needed first."""
 
 from __future__ import annotations
 
@@ -121,6 +122,7 @@ def test_a_built_wheel_solves_with_its_own_policy_weights(tmp_path):
     assert top == {"incsched"}, top
     assert (site / "incsched" / "solvers" / "cpsat" / "stage.py").is_file()
     assert (site / "incsched" / "data" / "models" / "stage_policy.pt").is_file()
+    assert (site / "incsched" / "data" / "links" / "example.json").is_file()  # the README's links file
 
     script = """
 import json, sys
@@ -164,3 +166,35 @@ def test_graph_save_and_load_round_trip(tmp_path):
     (tmp_path / "cyclic.json").write_text(json.dumps(cyclic))
     with pytest.raises(CycleError, match=r"cyclic\.json: "):
         CompGraph.load(tmp_path / "cyclic.json")
+
+
+@pytest.mark.slow
+def test_transformers_and_torchvision_import_in_a_fresh_interpreter():
+    """A user's own script in the venv: ``from transformers import ...`` first, nothing of incsched.
+
+    Where torchvision's C++ ops cannot load (its CUDA wheel beside the CPU torch; see
+    scripts/torchvision_guard.py), they still raise torchvision's own error when called.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed")
+    script = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=8, bos_token_id=0, eos_token_id=0))
+print(tuple(model(torch.zeros(1, 4, dtype=torch.long)).logits.shape))
+import torchvision, torchvision.extension
+print(type(torchvision.models.resnet18(weights=None)).__name__)
+if not torchvision.extension._has_ops():
+    try:
+        torchvision.ops.nms(torch.rand(3, 4), torch.rand(3), 0.5)
+    except RuntimeError as exc:
+        print(str(exc).split(".")[0])
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.split("\n")
+    assert lines[0] == "(1, 4, 64)" and lines[1] == "ResNet"
+    assert lines[2] in ("", "Couldn't load custom C++ ops")

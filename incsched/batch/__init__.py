@@ -7,8 +7,8 @@ files on top of it, resumable by content.
 """
 
 from .engines import ENGINES, solve_many
-from .folder import BatchInterrupted, BatchItem, graph_files, not_a_file, result_path, run_batch
+from .folder import BatchInterrupted, BatchItem, graph_files, left_out, not_a_file, result_path, run_batch
 from .tasks import ProblemRecipe, SolveTask, TaskOutcome, batch_key
 
 __all__ = ["ProblemRecipe", "SolveTask", "TaskOutcome", "solve_many", "ENGINES", "BatchItem", "BatchInterrupted", "run_batch",
-           "graph_files", "not_a_file", "result_path", "batch_key"]
+           "graph_files", "left_out", "not_a_file", "result_path", "batch_key"]

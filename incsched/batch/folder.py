@@ -3,9 +3,11 @@
 Resumable by content: each result records the key it was solved for (the graph's content digest,
 the recipe, the solve settings and incsched's version), and a stored result counts as done only
 when its key matches and it re-checks against the graph with the one evaluator (assignment valid,
-objective equal); ``unknown`` results are solved again. Resilient (a bad graph is reported and the
-batch goes on), safe (results are written atomically, by this process only: workers send them
-back as JSON) and tidy (workers die with the batch, and Ctrl-C stops it keeping what is written).
+objective equal); ``unknown`` results are solved again. A proven result (optimal, or proven
+infeasible) also counts as done when only the time limit changed: its key without the time limit
+matches. Resilient (a bad graph is reported and the batch goes on), safe (results are written
+atomically, by this process only: workers send them back as JSON) and tidy (workers die with the
+batch, and Ctrl-C stops it keeping what is written).
 The solving itself is `solve_many`'s, on local processes or on Ray.
 """
 
@@ -22,16 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, IncschedError
+from ..formats import GRAPH_SUFFIXES
 from ..jsonio import write_json
 from ..result import Result
 from .engines import solve_many
 from .tasks import ProblemRecipe, SolveTask, TaskOutcome, batch_key
 
-__all__ = ["BatchItem", "BatchInterrupted", "run_batch", "graph_files", "not_a_file", "result_path"]
+__all__ = ["BatchItem", "BatchInterrupted", "run_batch", "graph_files", "left_out", "not_a_file", "result_path"]
 
 log = logging.getLogger(__name__)
 
-GRAPH_SUFFIXES = (".json", ".json.gz", ".gml", ".gml.gz")
 RESULT_SUFFIX = ".result.json"
 
 
@@ -59,17 +61,42 @@ class BatchInterrupted(KeyboardInterrupt):
 
 
 def graph_files(folder: str | os.PathLike) -> list[Path]:
-    """Entries directly in ``folder`` named like graph files (``.json``, ``.json.gz``, ``.gml``,
-    ``.gml.gz``), sorted by name.
+    """Entries directly in ``folder`` named like graph files (`incsched.formats.GRAPH_SUFFIXES`:
+    ``.json``, ``.gml``, ``.onnx``, each also gzipped), sorted by name.
 
     Those that are not readable files (a folder named ``x.json``, a broken symbolic link, a link
     loop: `not_a_file`) are listed too, so that a batch reports each as failed, with why, instead
-    of leaving it out without a word.
+    of leaving it out without a word. The other entries are `left_out`'s.
     """
+    return sorted(p for p in _entries(folder) if p.name.endswith(GRAPH_SUFFIXES))
+
+
+def left_out(folder: str | os.PathLike) -> list[tuple[Path, str]]:
+    """The entries directly in ``folder`` that `graph_files` leaves out, each with why, sorted by name.
+
+    >>> import tempfile; from pathlib import Path
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     (Path(d) / "notes.txt").write_text("")
+    ...     [why for _, why in left_out(d)]
+    0
+    ['unknown extension .txt (graph files end in .json, .json.gz, .gml, .gml.gz, .onnx, .onnx.gz)']
+    """
+    out = []
+    for path in sorted(p for p in _entries(folder) if not p.name.endswith(GRAPH_SUFFIXES)):
+        if path.is_dir():
+            why = "a folder (a batch reads the files directly in its folder)"
+        else:
+            ending = f"unknown extension {path.suffix}" if path.suffix and path.suffix != path.name else "no extension"
+            why = f"{ending} (graph files end in {', '.join(GRAPH_SUFFIXES)})"
+        out.append((path, why))
+    return out
+
+
+def _entries(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise FormatError(f"{folder}: not a folder of graph files")
-    return sorted(p for p in folder.iterdir() if p.name.endswith(GRAPH_SUFFIXES))
+    return list(folder.iterdir())
 
 
 def not_a_file(path: Path) -> str | None:
@@ -98,17 +125,21 @@ def result_path(graph_file: Path, out_dir: Path) -> Path:
 # ---------------------------------------------------------------------- stored results (in the driver)
 
 
-def _stored_result(out_file: Path, problem, key: str) -> tuple[Result | None, str | None]:
-    """The result at ``out_file`` if it still answers ``problem`` (same key, re-checked), else
-    (None, why not)."""
+def _stored_result(out_file: Path, problem, key: str, untimed_key: str) -> tuple[Result | None, str | None]:
+    """The result at ``out_file`` if it still answers ``problem`` (same key, or same key but the
+    time limit when it is proven; re-checked), else (None, why not)."""
     if not out_file.exists():
         return None, None
     try:
         stored = Result.load(out_file)
     except (IncschedError, OSError, TypeError, ValueError) as exc:
         return None, f"unreadable stored result: {exc}"  # atomic writes make this rare
-    if not isinstance(stored.provenance, dict) or stored.provenance.get("batch_key") != key:
-        return None, "stored for another graph content, recipe, solve setting or version"
+    provenance = stored.provenance if isinstance(stored.provenance, dict) else {}
+    if provenance.get("batch_key") != key:
+        if provenance.get("batch_key_untimed") != untimed_key:
+            return None, "stored for another graph content, recipe, solve setting or version"
+        if not _proven(stored):
+            return None, f"stored {stored.status} under another time limit: solved again"
     if stored.status == "unknown":
         return None, "stored status unknown: retried"
     if stored.status == "infeasible":
@@ -118,6 +149,11 @@ def _stored_result(out_file: Path, problem, key: str) -> tuple[Result | None, st
         return None, f"stored result is for a {stored.problem} problem"
     why = _recheck(stored, problem)
     return (stored, None) if why is None else (None, f"stored result does not re-check: {why}")
+
+
+def _proven(stored: Result) -> bool:
+    """Whether ``stored`` holds under any time limit: optimal, or infeasible with a finished proof."""
+    return stored.status == "optimal" or (stored.status == "infeasible" and stored.stop_reason == "optimal")
 
 
 def _recheck(stored: Result, problem) -> str | None:
@@ -185,8 +221,10 @@ def run_batch(
 
     A result already there is kept (``skipped``) only if it was solved for this graph content,
     recipe, solve settings and incsched version, is not ``unknown``, and re-checks against the
-    graph (valid assignment, equal objective); otherwise the graph is solved again. The keys are
-    the same on every engine, so a batch begun on one resumes on the other.
+    graph (valid assignment, equal objective); otherwise the graph is solved again. A proven
+    result (``optimal``, or ``infeasible`` with a finished proof) is kept under another time limit
+    too; its provenance keeps the time limit it was solved under. The keys are the same on every
+    engine, so a batch begun on one resumes on the other.
 
     Parameters
     ----------
@@ -290,9 +328,12 @@ def _task_unless_done(i: int, graph_file: Path, out_file: Path, recipe: ProblemR
             graph = load_graph(graph_file)
             problem = recipe.build(graph)
             key = batch_key(graph, recipe, solve_kwargs)
-            stored, why_not = _stored_result(out_file, problem, key)
+            stored, why_not = _stored_result(out_file, problem, key, batch_key(graph, recipe, solve_kwargs, untimed=True))
             if stored is not None:
-                return BatchItem(str(graph_file), str(out_file), "skipped", stored.status, _plain(stored.objective), extra={"key": key})
+                extra = {"key": key}
+                if stored.provenance.get("batch_key") != key:  # proven under another time limit
+                    extra = {"key": stored.provenance.get("batch_key"), "time_limit": stored.provenance.get("time_limit")}
+                return BatchItem(str(graph_file), str(out_file), "skipped", stored.status, _plain(stored.objective), extra=extra)
             log.info("batch: %s: solving again (%s)", graph_file, why_not)
     except Exception as exc:  # noqa: BLE001 - one bad graph must not stop the batch; it is reported
         return BatchItem(str(graph_file), str(out_file), "failed", error=f"{type(exc).__name__}: {' '.join(str(exc).split())}")

@@ -90,16 +90,24 @@ class ProblemRecipe:
 _LATER_FIELDS = {"objective": "peer", "memory": None, "micro_batches": 4, "training": None}
 
 
-def batch_key(graph, recipe: ProblemRecipe, solve_kwargs: dict[str, Any]) -> str:
+def batch_key(graph, recipe: ProblemRecipe, solve_kwargs: dict[str, Any], *, untimed: bool = False) -> str:
     """The SHA-256 of what a batch result depends on: the graph's content (every node and edge
     attribute, whatever file format it came in), the recipe, the solve settings and incsched's
-    version. A result stored under another key is solved again."""
+    version. A result stored under another key is solved again.
+
+    ``untimed=True`` leaves the time limit out of the settings: the key under which a proven
+    result (``optimal``, or ``infeasible`` with a finished proof) is kept whatever the time limit.
+    The work limit, seed, method and the rest stay in, so a kept result is still the one a rerun
+    with the settings in its provenance (its own time limit among them) repeats.
+    """
     from .. import __version__
     from ..formats import graph_to_dict
 
     content = graph_to_dict(graph)
     content.pop("meta", None)  # provenance (source file name ...), not part of the problem
     settings = {**_solve_defaults(), **solve_kwargs}  # time_limit=5 and time_limit=5, seed=0 are one setting
+    if untimed:
+        settings.pop("time_limit")
     settings = {k: v for k, v in sorted(settings.items()) if v is None or isinstance(v, (str, int, float, bool))}
     record = {
         "graph_sha256": hashlib.sha256(json_bytes(content)).hexdigest(),
@@ -168,7 +176,8 @@ class TaskOutcome:
     a worker that kept dying); ``progress`` holds the ``on_progress`` events (phase, objective,
     lower_bound, gap, elapsed) when the task asked for them; ``seconds`` is the solve's wall time
     in the worker; ``node`` is where it ran ("local" for local processes, the Ray node id on Ray).
-    The solved result's provenance carries ``batch_key`` (graph content, recipe, settings, version).
+    The solved result's provenance carries ``batch_key`` (graph content, recipe, settings, version)
+    and ``batch_key_untimed`` (the same without the time limit).
     """
 
     task: SolveTask
@@ -192,10 +201,11 @@ def run_task(task: SolveTask, node: str = "local") -> dict[str, Any]:
     try:
         graph = _load_graph_bytes(task.graph, task.graph_name)
         problem = task.recipe.build(graph)
-        key = batch_key(graph, task.recipe, task.solve_kwargs)
+        keys = {"batch_key": batch_key(graph, task.recipe, task.solve_kwargs),
+                "batch_key_untimed": batch_key(graph, task.recipe, task.solve_kwargs, untimed=True)}
         on_progress = (lambda p: progress.append(_progress_event(p))) if task.record_progress else None
         result = solve(problem, **task.solve_kwargs, on_progress=on_progress)
-        result = dataclasses.replace(result, provenance={**result.provenance, "batch_key": key, "graph_file": task.graph_name})
+        result = dataclasses.replace(result, provenance={**result.provenance, **keys, "graph_file": task.graph_name})
         reply = {"result": result.to_json(), "error": None}
     except Exception as exc:  # noqa: BLE001 - one bad item must not stop the batch; it is reported
         reply = {"result": None, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}

@@ -40,7 +40,8 @@ def ensure_torchvision_importable() -> None:
     with "operator torchvision::nms does not exist", and so does importing transformers, which
     imports torchvision. Defining the two schemas ourselves (no kernels: detection ops stay
     unusable, classification models are unaffected) lets the import finish. Done only when the
-    extension really is missing.
+    extension really is missing. The venv `make` builds does the same for every interpreter with
+    a start-up guard (``scripts/torchvision_guard.py``); this call serves installs without it.
     """
     global _torchvision_stub_library
     if _torchvision_stub_library is not None or importlib.util.find_spec("torchvision") is None:

@@ -14,7 +14,10 @@ from ..jsonio import read_json
 from ..limits import InputLimits, input_limits
 from .json_graph import graph_from_dict, graph_to_dict
 
-__all__ = ["load_graph", "save_graph", "is_shipped_name", "graph_to_dict", "graph_from_dict"]
+__all__ = ["GRAPH_SUFFIXES", "load_graph", "save_graph", "is_shipped_name", "graph_to_dict", "graph_from_dict"]
+
+#: The file name endings `load_graph` reads.
+GRAPH_SUFFIXES = (".json", ".json.gz", ".gml", ".gml.gz", ".onnx", ".onnx.gz")
 
 
 def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) -> CompGraph:
@@ -60,7 +63,7 @@ def load_graph(path: str | os.PathLike, *, limits: InputLimits | None = None) ->
         from .onnx import read_onnx
 
         return read_onnx(path, limits=lim)
-    raise FormatError(f"{path}: unknown graph file type {suffix!r} (expected .json, .json.gz, .gml or .onnx)")
+    raise FormatError(f"{path}: unknown graph file type {suffix!r} (expected {', '.join(GRAPH_SUFFIXES)})")
 
 
 def is_shipped_name(path: str | os.PathLike) -> bool:
