@@ -203,6 +203,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_args(cap, tracing=True)
     cap.add_argument("--measure", action="store_true", help="measure per-node time on --device (median of repeats)")
     cap.add_argument("--device", default="cpu", help="device for measured times (cpu, cuda)")
+    cap.add_argument("--backward", action="store_true",
+                     help="with --measure: also time each node's backward pass through autograd (solve --training uses it; "
+                          "without it backward is estimated as 2x forward)")
     cap.add_argument("--repeats", type=_count, default=5)
     cap.add_argument("--granularity", type=_granularity, default="op", help="op (default) | layer | module:DEPTH: nodes that are the model's "
                      "modules in call order, so that a stage result maps onto split points (incsched export)")
@@ -617,6 +620,8 @@ def _graph_capture(args) -> int:
     from .capture import capture
     from .formats import save_graph
 
+    if args.backward and not args.measure:
+        raise IncschedError("--backward times the backward pass: it needs --measure")
     started = time.perf_counter()
     loaded = _load_model(args)
     captured = capture(
@@ -629,6 +634,7 @@ def _graph_capture(args) -> int:
         device=args.device,
         repeats=args.repeats,
         name=loaded.name,
+        backward=args.backward,
     )
     save_graph(captured.graph, args.output)
     s = captured.graph.summary()

@@ -263,3 +263,29 @@ def test_cli_refuses_training_flags_out_of_place(tmp_path, capsys):
     assert "--objective throughput" in capsys.readouterr().err
     assert main(["solve", str(path), "--stages", "2", "--objective", "throughput", "--recompute", "-q"]) != 0
     assert "--recompute belongs to --training" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- capture
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("granularity", ["op", "layer"])
+def test_capture_measures_backward_where_asked(granularity):
+    import torch
+
+    from incsched.capture import capture
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64)).eval()
+    x = torch.randn(32, 64)
+    g = capture(model, (x,), measure=True, backward=True, repeats=3, warmup=1, granularity=granularity).graph
+    assert set(g.backward_time) == {"cpu"} and g.meta["measured"]["backward"] is True
+    back = g.backward_time["cpu"]
+    linear = [v for v, nm in enumerate(g.names) if g.param_bytes[v] > 0]
+    assert linear and all(back[v] > 0 for v in linear)
+    assert CompGraph.from_json(g.to_json()) == g
+    p = StageProblem.pipeline(g, 2, micro_batches=2, mode="training")
+    assert training.backward_source(g, "cpu") == "measured"
+    assert p.node_seconds() == pytest.approx(g.time("cpu") + back)
+    plain = capture(model, (x,), measure=True, repeats=1, warmup=0, granularity=granularity).graph
+    assert not plain.backward_time and training.backward_source(plain, "cpu").startswith("estimated")

@@ -80,6 +80,7 @@ def capture(
     repeats: int = 5,
     warmup: int = 2,
     name: str | None = None,
+    backward: bool = False,
 ) -> Capture:
     """Capture ``model`` called on ``example_inputs`` as a computation graph.
 
@@ -88,7 +89,8 @@ def capture(
     such as a tied embedding, is one of the graph's ``shared_weights``, also described in
     ``meta["shared_params"]``; weights no node reads are
     charged to the reader of their module's other weights and listed in ``meta["unread_params"]``);
-    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs.
+    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs, and with
+    ``backward`` too, ``backward_time[device kind]`` the same of each node's backward pass.
 
     Parameters
     ----------
@@ -118,6 +120,10 @@ def capture(
         Timed runs per node (median taken) and untimed warm-up runs.
     name : str, optional
         Model name for the graph and errors; default the model's class name.
+    backward : bool
+        With ``measure``: time each op's backward pass through autograd on its recorded inputs
+        (`incsched.capture.profile`), for training mode; a layer-granularity node sums its ops'.
+        Without it, training mode estimates backward as twice the forward and says so.
 
     Returns
     -------
@@ -150,7 +156,8 @@ def capture(
         raise CaptureError(f"{name}: {fix}") from err
     try:
         profile = profile_nodes(
-            traced.graph_module, traced.flat_inputs, measure=measure, device=device, repeats=repeats, warmup=warmup
+            traced.graph_module, traced.flat_inputs, measure=measure, device=device, repeats=repeats, warmup=warmup,
+            backward=backward,
         )
     except Exception as err:  # the traced graph failed to run: report it as a capture failure
         raise CaptureError(f"{name}: running the traced graph failed: {type(err).__name__}: {err}") from err
@@ -180,7 +187,7 @@ def capture(
             "coarsening": list(graph.meta.get("coarsening", [])),  # steps applied, as `quotient` records them
             "fx_nodes": asm.graph.n_nodes,
             "torch_version": torch.__version__.split("+")[0],
-            "measured": _measurement_conditions(device, repeats, warmup) if measure else None,
+            "measured": {**_measurement_conditions(device, repeats, warmup), "backward": backward} if measure else None,
             "param_count": sum(p.numel() for p in model.parameters()),
             "constant_bytes": asm.constant_bytes,
             **describe_params(asm.params, node_of),
