@@ -4,14 +4,13 @@ evaluator, the JSON form and ``incsched solve --training``."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from fractions import Fraction
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import brute_force_stages as brute_force
 
 from incsched.evaluate.stage import evaluate_stages
 from incsched.graph import CompGraph
@@ -158,40 +157,17 @@ def test_evaluator_matches_the_written_training_model(problem, data):
     assert ev.step_time_s == pytest.approx(float(problem.step_slots()) * ev.stage_time_peak_s)
 
 
-def brute_force(problem: StageProblem):
-    best = None
-    for s in itertools.product(range(problem.n_stages), repeat=problem.graph.n_nodes):
-        ev = evaluate_stages(problem, np.asarray(s))
-        if ev.feasible and (best is None or ev.objective < best):
-            best = ev.objective
-    return best
-
-
 @given(training_problems(max_nodes=5))
 @settings(max_examples=30, deadline=None)
-def test_cpsat_training_optimum_matches_brute_force(problem):
-    out = solve_stage(problem, FAST)
-    best = brute_force(problem)
-    if best is None:
-        assert out.status == "infeasible"
-        return
-    assert out.status == "optimal" and out.objective == best
-    ev = evaluate_stages(problem, out.assignment)
-    assert ev.feasible and ev.objective == out.objective
-
-
-@pytest.mark.slow
-@given(training_problems(max_nodes=5))
-@settings(max_examples=15, deadline=None)
-def test_solve_certifies_the_training_optimum(problem):
+def test_cpsat_and_solve_find_the_brute_force_training_optimum(problem):
     from incsched.front_door import solve
 
-    r = solve(problem, time_limit=5)
-    best = brute_force(problem)
+    out, r, best = solve_stage(problem, FAST), solve(problem, time_limit=5), brute_force(problem)
     if best is None:
-        assert r.status == "infeasible"
+        assert out.status == r.status == "infeasible"
         return
-    assert r.status == "optimal" and r.objective == best == r.lower_bound
+    assert out.status == r.status == "optimal" and out.objective == r.objective == r.lower_bound == best
+    assert evaluate_stages(problem, out.assignment).objective == best
     assert r.terms["step_time_s"] == pytest.approx(float(problem.step_slots()) * r.terms["stage_time_peak_s"])
 
 
