@@ -204,8 +204,8 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--measure", action="store_true", help="measure per-node time on --device (median of repeats)")
     cap.add_argument("--device", default="cpu", help="device for measured times (cpu, cuda)")
     cap.add_argument("--repeats", type=_count, default=5)
-    cap.add_argument("--training", action="store_true", help="also record the activations each node saves for backward "
-                     "(what solve --training stashes per micro-batch; otherwise estimated from output bytes)")
+    cap.add_argument("--training", action="store_true", help="for solve --training: record the activations each node saves "
+                     "for backward and, with --measure, time each node's backward pass (otherwise both are estimated)")
     cap.add_argument("--granularity", type=_granularity, default="op", help="op (default) | layer | module:DEPTH: nodes that are the model's "
                      "modules in call order, so that a stage result maps onto split points (incsched export)")
     cap.set_defaults(run=_graph_capture)
@@ -619,6 +619,8 @@ def _graph_capture(args) -> int:
     from .capture import capture
     from .formats import save_graph
 
+    if args.backward and not args.measure:
+        raise IncschedError("--backward times the backward pass: it needs --measure")
     started = time.perf_counter()
     loaded = _load_model(args)
     captured = capture(

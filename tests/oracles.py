@@ -1,4 +1,4 @@
-"""Small placement problems and the brute-force optima the tests judge solvers and bounds by."""
+"""Small placement problems and the brute-force optima (placement and stage) the tests judge solvers and bounds by."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 
 from incsched.evaluate import simulate
+from incsched.evaluate.stage import evaluate_stages
 from incsched.graph import CompGraph
 from incsched.problems import Device, Links, Placement, PlacementProblem
 
@@ -33,4 +34,14 @@ def brute_force_makespan(p: PlacementProblem) -> int:
         for dev in itertools.product(range(D), repeat=n):
             m = simulate(p, Placement.from_assignment(dev, D, priority=pos)).makespan
             best = m if best is None else min(best, m)
+    return best
+
+
+def brute_force_stages(problem):
+    """Least evaluated objective of a `StageProblem` over every assignment (None: none is feasible)."""
+    best = None
+    for s in itertools.product(range(problem.n_stages), repeat=problem.graph.n_nodes):
+        ev = evaluate_stages(problem, np.asarray(s))
+        if ev.feasible and (best is None or ev.objective < best):
+            best = ev.objective
     return best

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import brute_force_stages as brute_force_optimum
 from test_stage_problem import diamond, stage_instances
 
 from incsched.evaluate.stage import evaluate_stages
@@ -20,16 +19,6 @@ from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import integer_weights, solve_stage
 
 FAST = SolverSettings(time_limit=5.0, deterministic=True)
-
-
-def brute_force_optimum(problem: StageProblem) -> float | None:
-    """Least evaluated objective over every assignment (None if none is feasible)."""
-    best = None
-    for stages in itertools.product(range(problem.n_stages), repeat=problem.graph.n_nodes):
-        ev = evaluate_stages(problem, np.asarray(stages))
-        if ev.feasible and (best is None or ev.objective < best):
-            best = ev.objective
-    return best
 
 
 @pytest.mark.slow

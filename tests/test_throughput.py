@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import brute_force_stages as brute_force
 
 from incsched.bounds import stage_lower_bound, stage_term_bounds
 from incsched.evaluate.stage import evaluate_stages
@@ -69,16 +70,6 @@ def reference(problem: StageProblem, stages: list[int]) -> tuple[list[int], list
                 if problem.bandwidth is not None:  # the decimals the floats print as, half to even
                     time[k] += round(Fraction(int(g.out_bytes[u])) / Fraction(repr(problem.bandwidth)) / Fraction(repr(problem.time_unit)))
     return time, memory
-
-
-def brute_force(problem: StageProblem):
-    """Least evaluated objective over every precedence-feasible assignment (None: none fits)."""
-    best = None
-    for s in itertools.product(range(problem.n_stages), repeat=problem.graph.n_nodes):
-        ev = evaluate_stages(problem, np.asarray(s))
-        if ev.feasible and (best is None or ev.objective < best):
-            best = ev.objective
-    return best
 
 
 @pytest.mark.slow

@@ -90,9 +90,10 @@ def capture(
     such as a tied embedding, is one of the graph's ``shared_weights``, also described in
     ``meta["shared_params"]``; weights no node reads are
     charged to the reader of their module's other weights and listed in ``meta["unread_params"]``);
-    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs; with
+    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs. With
     ``training``, ``saved_bytes`` are the activations autograd saves for each node's backward
-    (`incsched.capture.saved`), what a pipeline schedule stashes per micro-batch.
+    (`incsched.capture.saved`), what a pipeline schedule stashes per micro-batch, and with
+    ``measure`` too, ``backward_time[device kind]`` the median of each node's backward pass.
 
     Parameters
     ----------
@@ -123,8 +124,11 @@ def capture(
     name : str, optional
         Model name for the graph and errors; default the model's class name.
     training : bool
-        Also run the graph once with gradients on and record ``saved_bytes`` (one more forward,
-        holding one batch's saved activations).
+        For training mode: run the graph once more with gradients on and record ``saved_bytes``
+        (holding one batch's saved activations); with ``measure``, also time each op's backward
+        pass through autograd on its recorded inputs (`incsched.capture.profile`; a layer node sums
+        its ops'). Without it, training mode estimates activations from ``out_bytes`` and backward
+        as twice the forward, and says so.
 
     Returns
     -------
@@ -157,7 +161,8 @@ def capture(
         raise CaptureError(f"{name}: {fix}") from err
     try:
         profile = profile_nodes(
-            traced.graph_module, traced.flat_inputs, measure=measure, device=device, repeats=repeats, warmup=warmup
+            traced.graph_module, traced.flat_inputs, measure=measure, device=device, repeats=repeats, warmup=warmup,
+            backward=training,
         )
     except Exception as err:  # the traced graph failed to run: report it as a capture failure
         raise CaptureError(f"{name}: running the traced graph failed: {type(err).__name__}: {err}") from err
@@ -193,7 +198,7 @@ def capture(
             "coarsening": list(graph.meta.get("coarsening", [])),  # steps applied, as `quotient` records them
             "fx_nodes": asm.graph.n_nodes,
             "torch_version": torch.__version__.split("+")[0],
-            "measured": _measurement_conditions(device, repeats, warmup) if measure else None,
+            "measured": {**_measurement_conditions(device, repeats, warmup), "backward": training} if measure else None,
             "param_count": sum(p.numel() for p in model.parameters()),
             "constant_bytes": asm.constant_bytes,
             **describe_params(asm.params, node_of),

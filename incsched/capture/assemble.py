@@ -95,6 +95,9 @@ def assemble(gm: torch.fx.GraphModule, profile: NodeProfile, *, name: str = "mod
     compute_time = {}
     if profile.seconds:
         compute_time[profile.device_kind] = [profile.seconds.get(nm, 0.0) for nm in names]
+    backward_time = {}
+    if profile.backward_seconds:
+        backward_time[profile.device_kind] = [profile.backward_seconds.get(nm, 0.0) for nm in names]
     output = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = sorted({n.name for n in output.all_input_nodes if n.name in position})
     state_names = {fqn for fqn, _ in gm.named_parameters(remove_duplicate=False)}
@@ -110,6 +113,7 @@ def assemble(gm: torch.fx.GraphModule, profile: NodeProfile, *, name: str = "mod
         out_bytes=out_bytes,
         edge_bytes=np.asarray(edge_bytes, dtype=np.int64),
         compute_time=compute_time,
+        backward_time=backward_time,
         members=[[nm] for nm in names],
         shared_weights=shared,
         name=name,

@@ -2,7 +2,9 @@
 
 Second step of capture, after `trace`: per fx node, the FLOPs that
 ``torch.utils.flop_counter.FlopCounterMode`` counts, the bytes of the real output tensors, and
-optionally a measured time (median over repeats). `assemble` turns these into a `CompGraph`.
+optionally a measured time (median over repeats), and with ``backward`` the time of each node's
+backward pass through autograd (the training model's backward column). `assemble` turns these
+into a `CompGraph`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class NodeProfile:
     flops: dict[str, float] = field(default_factory=dict)
     out_bytes: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    backward_seconds: dict[str, float] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)  # get_attr results, for parameter attribution
     device_kind: str = "cpu"
 
@@ -46,10 +49,12 @@ def tensor_bytes(value: Any) -> int:
 class _ProfilingInterpreter(torch.fx.Interpreter):
     """Runs each node under its own FlopCounterMode, and optionally times repeated runs of it."""
 
-    def __init__(self, gm: torch.fx.GraphModule, profile: NodeProfile, measure: bool, repeats: int, warmup: int):
+    def __init__(self, gm: torch.fx.GraphModule, profile: NodeProfile, measure: bool, repeats: int, warmup: int,
+                 backward: bool = False):
         super().__init__(gm, garbage_collect_values=True)
         self.profile = profile
         self.measure = measure
+        self.backward = backward
         self.repeats = repeats
         self.warmup = warmup
         self.sync = torch.cuda.synchronize if profile.device_kind == "cuda" else (lambda: None)
@@ -67,6 +72,8 @@ class _ProfilingInterpreter(torch.fx.Interpreter):
             return result
         if self.measure:
             self.profile.seconds[n.name] = self._time(n)
+        if self.measure and self.backward:
+            self.profile.backward_seconds[n.name] = self._time_backward(n)
         counter = FlopCounterMode(display=False)
         with counter:
             result = super().run_node(n)
@@ -100,6 +107,46 @@ class _ProfilingInterpreter(torch.fx.Interpreter):
         return float(statistics.median(samples))
 
 
+    def _time_backward(self, n: torch.fx.Node) -> float:
+        """Median seconds of the node's backward pass, timed like `_time`.
+
+        The op runs once with grad enabled on detached copies of its floating-point tensor inputs
+        (the weights a call_function reads arrive as such inputs; a call_module's own parameters
+        are added), then ``torch.autograd.grad`` of its outputs against ones, for those inputs and
+        weights, is timed ``repeats`` times after ``warmup``: the gradients a training step computes
+        at this node. An op with no differentiable output (shapes, indices) takes 0.
+        """
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        leaves: list[torch.Tensor] = []
+
+        def leaf(a: Any) -> Any:
+            if isinstance(a, torch.Tensor) and a.is_floating_point():
+                x = a.detach().clone().requires_grad_(True)
+                leaves.append(x)
+                return x
+            return a
+
+        call_args = torch.utils._pytree.tree_map(leaf, args)
+        call_kwargs = torch.utils._pytree.tree_map(leaf, kwargs)
+        if n.op == "call_module":
+            leaves += [w for w in self.module.get_submodule(n.target).parameters() if w.requires_grad]
+        with torch.enable_grad():
+            result = getattr(self, n.op)(n.target, call_args, call_kwargs)
+        outs = [t for t in torch.utils._pytree.tree_leaves(result) if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not outs or not leaves:
+            return 0.0
+        ones = [torch.ones_like(t) for t in outs]
+        samples = []
+        for k in range(self.warmup + self.repeats):
+            self.sync()
+            start = time.perf_counter()
+            torch.autograd.grad(outs, leaves, ones, retain_graph=True, allow_unused=True)
+            self.sync()
+            if k >= self.warmup:
+                samples.append(time.perf_counter() - start)
+        return float(statistics.median(samples))
+
+
 def profile_nodes(
     gm: torch.fx.GraphModule,
     flat_inputs: Sequence[Any],
@@ -108,6 +155,7 @@ def profile_nodes(
     device: str | torch.device = "cpu",
     repeats: int = 5,
     warmup: int = 2,
+    backward: bool = False,
 ) -> NodeProfile:
     """Run ``gm`` on ``flat_inputs`` once and measure every node.
 
@@ -123,6 +171,8 @@ def profile_nodes(
         Where to run (``"cpu"``, ``"cuda"``, ``"cuda:1"``); times are recorded under its type.
     repeats, warmup : int
         Timing repeats (>= 1) and discarded warm-up runs (>= 0).
+    backward : bool
+        With ``measure``, also time every call node's backward pass (`NodeProfile.backward_seconds`).
 
     Returns
     -------
@@ -133,5 +183,5 @@ def profile_nodes(
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in flat_inputs]
     profile = NodeProfile(device_kind=device.type)
     with torch.no_grad():
-        _ProfilingInterpreter(gm, profile, measure, max(1, repeats), max(0, warmup)).run(*inputs)
+        _ProfilingInterpreter(gm, profile, measure, max(1, repeats), max(0, warmup), backward).run(*inputs)
     return profile

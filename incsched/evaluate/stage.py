@@ -256,8 +256,9 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
     """Each stage's training bytes (`incsched.problems.training`'s notes), in Python ints.
 
     Without recompute: ``factor * params_k + stashed_k * acts_k``. With it: ``factor * params_k +
-    acts_k + stashed_k * (inputs_k + received_k)``, inputs the source nodes' outputs on k and
-    received the values crossing the boundary before k (a difference array over boundaries).
+    (acts_k - inputs_k) + stashed_k * (inputs_k + received_k)``, inputs the source nodes' outputs
+    on k (the model's inputs, kept, not rebuilt) and received the values crossing the boundary
+    before k (a difference array over boundaries).
     """
     g, K = problem.graph, problem.n_stages
     factor = training.param_factor(problem.optimizer)
@@ -275,7 +276,7 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
     for k in range(1, K):
         running += crossing[k - 1]
         received[k] = running
-    return tuple(factor * int(m) + int(a) + f * (i + r) for m, a, f, i, r in zip(params, acts, stashed, inputs, received))
+    return tuple(factor * int(m) + (int(a) - i) + f * (i + r) for m, a, f, i, r in zip(params, acts, stashed, inputs, received))
 
 
 def _as_stage_array(stages, n: int) -> np.ndarray:

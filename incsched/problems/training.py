@@ -14,9 +14,11 @@ The model, stage k of K (0-based), M micro-batches:
   `stashed_micro_batches` micro-batches (``in_flight(k)``): ``in_flight(k) * acts_k``, ``acts_k``
   the ``out_bytes`` of the stage's nodes. With ``recompute`` (activation checkpointing at the stage
   boundary) the stage keeps per micro-batch in flight only its inputs, that is the values it
-  receives (`stage_input_coef`: every value crossing the boundary before it, and the graph's
-  source nodes, the model's inputs), plus one micro-batch's full activations, rebuilt for the
-  backward pass being run: ``acts_k + in_flight(k) * (received_k + sources_k)``.
+  receives (`stage_input_coef`: every value crossing the boundary before it) and the outputs of
+  the graph's source nodes on it (the model's inputs), plus one micro-batch's other activations,
+  rebuilt for the backward pass being run: ``(acts_k - sources_k) + in_flight(k) * (received_k +
+  sources_k)``. What a stage receives is kept as it arrives (``torch.distributed.pipelining``'s
+  stages cache their inputs per micro-batch), values only passing through included.
 - *Time.* Forward plus backward seconds per node (`training_seconds`): backward measured where
   capture measured it (``CompGraph.backward_time``), else estimated as twice the forward (the
   standard rule: a backward pass computes the gradients of the inputs and of the weights, each
