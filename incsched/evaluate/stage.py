@@ -209,7 +209,7 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     np.add.at(acts, s, g.out_bytes)
     # Python ints: in-flight counts times activations are not bounded by the byte columns' limit.
     if problem.training:
-        stage_memory = _training_memory(problem, s, sends, last, stage_mem.tolist(), acts.tolist())
+        stage_memory = _training_memory(problem, s, sends, last, stage_mem.tolist())
     else:
         stage_memory = tuple(int(m) + f * int(a) for m, f, a in zip(stage_mem.tolist(), problem.in_flight(), acts.tolist()))
     if problem.memory is not None:
@@ -252,19 +252,27 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     )
 
 
-def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, last: np.ndarray, params: list, acts: list) -> tuple[int, ...]:
+def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, last: np.ndarray, params: list) -> tuple[int, ...]:
     """Each stage's training bytes (`incsched.problems.training`'s notes), in Python ints.
 
-    Without recompute: ``factor * params_k + stashed_k * acts_k``. With it: ``factor * params_k +
-    (acts_k - inputs_k) + stashed_k * (inputs_k + received_k)``, inputs the source nodes' outputs
-    on k (the model's inputs, kept, not rebuilt) and received the values crossing the boundary
-    before k (a difference array over boundaries).
+    Without recompute: ``factor * params_k + stashed_k * acts_k``, acts the stage's stash bytes
+    (saved for backward where measured, else output bytes). With it: ``factor * params_k +
+    rebuilt_k + stashed_k * (inputs_k + received_k)``: rebuilt the stash bytes of the stage's
+    nodes but its sources, inputs the source nodes' outputs on k (the model's inputs, kept, not
+    rebuilt) and received the values crossing the boundary before k (a difference array over
+    boundaries).
     """
     g, K = problem.graph, problem.n_stages
     factor = training.param_factor(problem.optimizer)
     stashed = training.stashed_micro_batches(problem.schedule, K, problem.micro_batches)
+    stash = training.stash_bytes(g).tolist()
+    source = (g.in_degree == 0).tolist()
+    acts = [0] * K
+    for v, k in enumerate(s.tolist()):
+        if not (problem.recompute and source[v]):
+            acts[k] += int(stash[v])
     if not problem.recompute:
-        return tuple(factor * int(m) + f * int(a) for m, f, a in zip(params, stashed, acts))
+        return tuple(factor * int(m) + f * a for m, f, a in zip(params, stashed, acts))
     inputs = [0] * K
     for v in np.flatnonzero(g.in_degree == 0).tolist():
         inputs[int(s[v])] += int(g.out_bytes[v])
@@ -276,7 +284,7 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
     for k in range(1, K):
         running += crossing[k - 1]
         received[k] = running
-    return tuple(factor * int(m) + (int(a) - i) + f * (i + r) for m, a, f, i, r in zip(params, acts, stashed, inputs, received))
+    return tuple(factor * int(m) + a + f * (i + r) for m, a, f, i, r in zip(params, acts, stashed, inputs, received))
 
 
 def _as_stage_array(stages, n: int) -> np.ndarray:

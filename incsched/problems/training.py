@@ -12,7 +12,9 @@ The model, stage k of K (0-based), M micro-batches:
   is multiplied by the same factor).
 - *Activations.* Each schedule stashes, for the backward pass, the activations of
   `stashed_micro_batches` micro-batches (``in_flight(k)``): ``in_flight(k) * acts_k``, ``acts_k``
-  the ``out_bytes`` of the stage's nodes. With ``recompute`` (activation checkpointing at the stage
+  the `stash_bytes` of the stage's nodes: what autograd saves for their backward
+  (``CompGraph.saved_bytes``, measured by ``capture(..., training=True)``), else their
+  ``out_bytes``, an estimate (a layer saves several times its output: `activation_source`). With ``recompute`` (activation checkpointing at the stage
   boundary) the stage keeps per micro-batch in flight only its inputs, that is the values it
   receives (`stage_input_coef`: every value crossing the boundary before it) and the outputs of
   the graph's source nodes on it (the model's inputs), plus one micro-batch's other activations,
@@ -54,6 +56,8 @@ __all__ = [
     "parse_schedule",
     "stashed_micro_batches",
     "memory_coefficients",
+    "stash_bytes",
+    "activation_source",
     "stage_input_coef",
     "backward_seconds",
     "backward_source",
@@ -191,22 +195,33 @@ def stashed_micro_batches(schedule: str, n_stages: int, micro_batches: int) -> l
     return [-(-c // v) for c in chunks]
 
 
+def stash_bytes(graph: CompGraph) -> np.ndarray:
+    """Bytes node v's forward keeps for its backward, per micro-batch: ``saved_bytes`` where
+    capture measured them, else ``out_bytes`` (an estimate; `activation_source` says which)."""
+    return graph.saved_bytes if graph.saved_bytes is not None else graph.out_bytes
+
+
+def activation_source(graph: CompGraph) -> str:
+    """Where the stashed activations come from, for reports."""
+    return "measured (saved for backward)" if graph.saved_bytes is not None else "estimated (output bytes)"
+
+
 def memory_coefficients(graph: CompGraph, optimizer: str, in_flight: list[int], recompute: bool) -> np.ndarray:
     """Bytes node v adds to stage k's training memory wherever its neighbours sit, shape (n_nodes, K).
 
-    ``param_factor * param_bytes[v] + in_flight(k) * out_bytes[v]``; with ``recompute``, one
-    micro-batch's ``out_bytes[v]`` (``in_flight(k)`` of them for a source node, a model input the
-    stage keeps per micro-batch). The values a stage receives are `stage_input_coef`'s. int64;
-    the caller checks the range.
+    ``param_factor * param_bytes[v] + in_flight(k) * stash_bytes[v]``; with ``recompute``, one
+    micro-batch's ``stash_bytes[v]``, and for a source node (a model input the stage keeps per
+    micro-batch) ``in_flight(k)`` times its ``out_bytes``. The values a stage receives are
+    `stage_input_coef`'s. int64; the caller checks the range.
     """
     f = np.asarray(in_flight, dtype=np.int64)[None, :]
-    acts = graph.out_bytes.astype(np.int64)[:, None]
+    stash = stash_bytes(graph).astype(np.int64)[:, None]
     if recompute:
         source = (graph.in_degree == 0)[:, None]
-        per_act = np.where(source, f, 1)
+        acts = np.where(source, f * graph.out_bytes.astype(np.int64)[:, None], stash)
     else:
-        per_act = f
-    return param_factor(optimizer) * graph.param_bytes.astype(np.int64)[:, None] + per_act * acts
+        acts = f * stash
+    return param_factor(optimizer) * graph.param_bytes.astype(np.int64)[:, None] + acts
 
 
 def stage_input_coef(in_flight: list[int], recompute: bool) -> list[int]:
