@@ -11,11 +11,12 @@ install: $(STAMP)
 
 # torch first and pinned (the CPU wheel on this machine's disk); torchvision at the release built
 # for that torch (its C++ ops cannot load beside the CPU torch; incsched works without them).
+# The handoff extra (deepspeed, torchtitan) keeps that torch: both take any torch >= 2.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet torchvision==0.28.0
-	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx]'
+	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx,handoff]'
 	touch $(STAMP)
 
 # The default objective (peer: memory balanced), then the throughput objective (slowest stage's
