@@ -13,12 +13,13 @@ install: $(STAMP)
 # for that torch. Its only wheel here is the CUDA build, whose C++ ops cannot load beside the CPU
 # torch; the guard lets `import torchvision` (and transformers) succeed without them, installed
 # only where a plain import fails (scripts/torchvision_guard.py says why and what the real fix is).
+# The handoff extra (deepspeed, torchtitan) keeps that torch: both take any torch >= 2.
 $(STAMP): pyproject.toml Makefile scripts/torchvision_guard.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet torchvision==0.28.0
 	$(PY) scripts/torchvision_guard.py install
-	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx]'
+	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx,handoff]'
 	touch $(STAMP)
 
 # The default objective (peer: memory balanced), then the throughput objective (slowest stage's

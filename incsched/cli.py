@@ -265,6 +265,24 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("-o", "--output", default="-", help="JSON file (default '-': stdout); a folder for PipelineStage modules")
     exp.set_defaults(run=_export)
 
+    cmp_ = sub.add_parser("compare", help="our split beside the usual splitters (torchtitan's even layers, DeepSpeed uniform and "
+                          "parameters, torchgpipe balance_by_time, the PipeDream DP): predicted, and with --measure measured")
+    cmp_.add_argument("graph", nargs="?", help="graph file or shipped name (else the --model captured)")
+    _add_model_args(cmp_, tracing=True)
+    for group in cmp_._mutually_exclusive_groups:  # a graph alone is enough for the predicted figures
+        group.required = False
+    cmp_.add_argument("--stages", type=_count, required=True, help="K")
+    cmp_.add_argument("--granularity", type=_granularity, help="--model's capture: op | layer (default) | module:DEPTH")
+    cmp_.add_argument("--bandwidth", type=_real(0, above=True), default=1e9, help="bytes/s of a stage's sends (default 1e9)")
+    cmp_.add_argument("--micro-batches", type=_count, default=4)
+    cmp_.add_argument("--memory", type=_count, help="bytes per stage for parameters plus activations in flight (default none)")
+    cmp_.add_argument("--time-limit", type=_real(0, above=True), default=20.0, help="seconds for our solve (default 20)")
+    cmp_.add_argument("--measure", action="store_true", help="also run each split as a pipeline of K CPU worker processes")
+    cmp_.add_argument("--repeats", type=_count, default=3, help="--measure: timed runs (median) after one warm-up")
+    cmp_.add_argument("--png", metavar="OUT.png", help="draw the figures (matplotlib)")
+    cmp_.add_argument("--json", metavar="OUT", help="write the comparison as JSON; '-' writes it to stdout")
+    cmp_.set_defaults(run=_compare)
+
     shw = sub.add_parser("show", help="draw a result: a stage split as its 1F1B pipeline with the memory per stage, "
                          "a placement as a Gantt chart per device with its transfers (PNG, SVG; needs matplotlib)")
     shw.add_argument("result", help="result JSON written by incsched solve --json")
@@ -884,6 +902,55 @@ def _export(args) -> int:
     if failed:
         raise IncschedError(f"the export was not written: {failed}")
     return 0
+
+
+def _compare(args) -> int:
+    """Our split and the usual splitters' (`incsched.compare`) on a graph, a graph file or a captured model."""
+    from .compare import compare_splits, measure_splits, plot_comparison
+
+    graph = _read_graph(args.graph, None) if args.graph else None
+    captured = None
+    model_given = bool(args.model or args.exported or args.hf_config)
+    if graph is None and not model_given:
+        raise IncschedError("name what to compare: a graph file or shipped name, or --model (or --exported, --hf-config)")
+    if model_given or args.measure:
+        captured = _compare_capture(args, graph)
+    if graph is None:
+        graph = captured.graph
+    comparison = compare_splits(graph, args.stages, bandwidth=args.bandwidth, micro_batches=args.micro_batches,
+                                memory=args.memory, time_limit=args.time_limit)
+    if args.measure:
+        comparison = measure_splits(comparison, captured, repeats=args.repeats)
+    out = sys.stderr if args.json == "-" else sys.stdout
+    print(f"{comparison.graph}, K={comparison.n_stages}: sends at {comparison.bandwidth:g} B/s, {comparison.micro_batches} "
+          f"micro-batches (1F1B); ours is {comparison.status}" + (f"; measured on {comparison.measured_on}" if comparison.measured_on else ""),
+          file=out)
+    print(comparison.table(), file=out)
+    if args.png:
+        print(f"figure -> {plot_comparison(comparison, args.png)}", file=out)
+    if args.json:
+        failed = _write_json_output(args.json, comparison.to_json())
+        if failed:
+            raise IncschedError(f"the comparison was not written: {failed}")
+    return 0
+
+
+def _compare_capture(args, graph):
+    """The model to measure (--model, or the zoo model of a shipped graph's name), captured at the graph's granularity."""
+    from .capture import capture, zoo
+
+    if not (args.model or args.exported or args.hf_config):
+        if args.graph not in zoo.MODELS:
+            raise IncschedError(f"--measure runs the model: give --model (or --exported, --hf-config) for {args.graph}")
+        args.model = args.graph
+    granularity = args.granularity or (graph.meta.get("granularity", "op") if graph is not None else "layer")
+    loaded = _load_model(args)
+    captured = capture(loaded.model, loaded.example_inputs, method=args.method, coarsen=args.coarsen, granularity=granularity, name=loaded.name)
+    if graph is not None:
+        if graph.structure_digest() != captured.graph.structure_digest():
+            raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at granularity {granularity} (nodes or edges differ)")
+        captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=graph.compute_time))
+    return captured
 
 
 def _show(args) -> int:

@@ -165,7 +165,8 @@ def test_deepspeed_parts_are_the_first_layer_of_every_stage(layer_graph):
 def test_torchtitan_chunks_and_virtual_stages(titan, layer_graph):
     stages = [0, 0, 1, 2, 3, 3]
     one = torchtitan_chunks(layer_graph, stages)
-    assert one["module_names_per_model_chunk"] == [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"], ["norm", "output"]]
+    assert not one["nested"]
+    assert one["module_fqns_per_model_part"] == [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"], ["norm", "output"]]
     assert one["stages_of_rank"] == [[0], [1], [2], [3]]
     looped = torchtitan_chunks(layer_graph, stages, ranks=2)
     assert looped["stages_per_rank"] == 2 and looped["stages_of_rank"] == [[0, 2], [1, 3]]
@@ -178,7 +179,7 @@ def test_torchtitan_chunks_and_virtual_stages(titan, layer_graph):
         torchtitan_chunks(layer_graph, stages, ranks=3)
 
 
-def test_torchtitan_refuses_names_it_cannot_split():
+def test_torchtitan_marks_names_its_splitter_does_not_keep():
     class Wrapped(nn.Module):
         def __init__(self):
             super().__init__()
@@ -188,8 +189,8 @@ def test_torchtitan_refuses_names_it_cannot_split():
             return self.model(tokens)
 
     g = capture(Wrapped().eval(), (torch.randint(0, 32, (2, 5)),), granularity="layer", name="wrapped").graph
-    with pytest.raises(ExportError, match="module 'model.tok_embeddings' is not a top-level module"):
-        torchtitan_chunks(g, [0] * 4 + [1] * (g.n_nodes - 4))
+    out = torchtitan_chunks(g, [0] * 4 + [1] * (g.n_nodes - 4))
+    assert out["nested"] and out["module_fqns_per_model_part"][0][0] == "model.tok_embeddings"
 
 
 def test_stage_table_at_both_granularities(layer_graph, op_capture):

@@ -49,7 +49,7 @@ def test_capture_like_meta_exports_in_every_format():
     assert meta.modules == {nm: nm for nm in NAMES} and meta.containers == frozenset({"layers"})
     assert split_spec_names(g, STAGES) == {"layers.1": "BEGINNING"}
     assert deepspeed_parts(g, STAGES)["parts"] == [0, 2, 4]
-    assert torchtitan_chunks(g, STAGES)["module_names_per_model_chunk"] == [["embed", "layers.0"], ["layers.1", "head"]]
+    assert torchtitan_chunks(g, STAGES)["module_fqns_per_model_part"] == [["embed", "layers.0"], ["layers.1", "head"]]
     assert [row["modules"] for row in stage_table(g, STAGES)["stages"]] == [["embed", "layers.0"], ["layers.1", "head"]]
     plain = layer_graph(glue_before=None, containers=None)  # both optional
     assert split_spec_names(plain, STAGES) == {"layers.1": "BEGINNING"}

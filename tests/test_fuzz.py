@@ -1281,7 +1281,7 @@ def check_export(o: dict, out: Outcome) -> str | None:
         if len(out.result.get("layers", [])) != len(names) or out.result["parts"][-1] != len(names):
             return f"deepspeed parts {out.result.get('parts')} over {len(out.result.get('layers', []))} layers, not {len(names)}"
     elif o["format"] in ("torchtitan", "torchtitan_chunks"):
-        chunks = out.result.get("module_names_per_model_chunk", [])
+        chunks = out.result.get("module_fqns_per_model_part", [])
         if sum(len(c) for c in chunks) != len(names):
             return f"torchtitan chunks {chunks} do not hold the {len(names)} modules"
     return None

@@ -5,7 +5,8 @@ always precedence-feasible) shared with the RL policy, so `solve()` and the benc
 them freely. They are the published baselines: level-based splits, DeepSpeed's contiguous
 ``parameters`` and ``uniform`` partitioners, torchgpipe's ``balance_by_time``, a PipeDream-style
 dynamic program over contiguous runs, and for the throughput objective (`StageProblem.pipeline`)
-a PipeDream/Alpa-style search for the contiguous split of least slowest-stage time.
+a PipeDream/Alpa-style search for the contiguous split of least slowest-stage time. torchtitan's
+default split (`even_layers`) needs a layer-level graph, so it is not in the portfolio.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import ProblemError
 from ..evaluate.stage import evaluate_stages
 from ..problems.stage import StageProblem
 from .stage_local import improve_by_moves, place_loadless_nodes
@@ -30,6 +32,7 @@ __all__ = [
     "uniform",
     "parameters",
     "pipeline_dp",
+    "even_layers",
     "STAGE_BASELINES",
     "best_baseline",
 ]
@@ -211,6 +214,57 @@ def pipeline_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
     orders = (g.topological_order(), g.topological_order(depth_first=True))
     best, _ = _best_split(problem, ((order, _least_peak_cuts(problem, order)) for order in orders))
     return balance_by_time(problem, seed) if best is None else best
+
+
+def even_layers(problem: StageProblem, seed: int = 0) -> np.ndarray:
+    """torchtitan's default split (``_generate_llm_fqn_per_model_part``, input and output weight 1):
+    the repeated blocks spread evenly, the modules before them counted as one block on the first
+    stage and those after them as one block on the last.
+
+    With L blocks the L + 2 weighted units go n // K to a stage, the first n % K stages one more.
+    A module between two blocks joins the block after it. It reads a layer-level graph (``capture(...,
+    granularity="layer")``): the node order is the call order, the blocks are the elements of
+    ``meta["containers"]``.
+
+    Raises
+    ------
+    ProblemError
+        For a graph without blocks (an op-level graph), or with fewer units than stages (torchtitan
+        refuses the same).
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> names = ["emb", "h.0", "h.1", "h.2", "h.3", "head"]
+    >>> g = CompGraph(names, names[:-1], names[1:], meta={"modules": {n: n for n in names}, "containers": ["h"]})
+    >>> even_layers(StageProblem.peer(g, n_stages=2)).tolist()
+    [0, 0, 0, 1, 1, 1]
+    """
+    g, K = problem.graph, problem.n_stages
+    modules, containers = g.meta.get("modules") or {}, set(g.meta.get("containers") or ())
+
+    def block_of(path: str) -> str | None:  # the element of the outermost container holding path
+        parts = path.split(".")
+        return next((".".join(parts[: i + 1]) for i in range(1, len(parts)) if ".".join(parts[:i]) in containers), None)
+
+    blocks = [block_of(modules[nm]) if nm in modules else None for nm in g.names]
+    index = {b: i for i, b in enumerate(dict.fromkeys(b for b in blocks if b is not None))}
+    if not index:
+        raise ProblemError(f"graph {g.name!r} has no repeated blocks to spread evenly; capture it with granularity 'layer'")
+    units = len(index) + 2
+    if K > units:
+        raise ProblemError(f"graph {g.name!r}: {K} stages cannot share {len(index)} blocks and the modules around them")
+    per_stage = [units // K + (1 if k < units % K else 0) for k in range(K)]
+    per_stage[0] -= 1  # the modules before the blocks count as one block
+    per_stage[-1] -= 1  # and those after them
+    block_stage = np.repeat(np.arange(K), per_stage)
+    in_block = np.asarray([v for v, b in enumerate(blocks) if b is not None])
+    position = np.arange(g.n_nodes)
+    following = np.searchsorted(in_block, position)  # the first block node at or after each node
+    stages = np.asarray([block_stage[index[blocks[v]]] for v in in_block[np.minimum(following, len(in_block) - 1)]], dtype=np.int64)
+    stages[position < in_block[0]] = 0  # the modules before the blocks: the first stage
+    stages[following == len(in_block)] = K - 1  # those after them: the last
+    return stages
 
 
 #: Every stage pre-scheduler by name, for `solve()`, the CLI and the benchmarks.

@@ -2,8 +2,9 @@
 
 The last arrow after ``solve()``: a result of a layer-level graph (``capture(...,
 granularity="layer")``) becomes a ``split_spec`` for ``torch.distributed.pipelining.pipeline()``,
-DeepSpeed ``PipelineModule`` partition boundaries or torchtitan's module names per model chunk
-(`split_points`); a result of an op-level graph, whose cuts fall inside modules, becomes ready
+DeepSpeed ``PipelineModule`` partition boundaries or torchtitan's module names per model part
+(`split_points`; `deepspeed_module.PartsPipelineModule` takes the boundaries, `module_split.split_module`
+cuts nested models where torchtitan's splitter cannot, each imported on its own); a result of an op-level graph, whose cuts fall inside modules, becomes ready
 ``PipelineStage`` modules (`stages`). `export_result` is what ``incsched export`` calls.
 """
 
@@ -19,12 +20,15 @@ from .split_points import (
     ExportError,
     ExportMeta,
     StageRuns,
+    deepspeed_partition_method,
     deepspeed_parts,
     export_meta,
+    parse_partition_method,
     split_spec,
     split_spec_names,
     stage_runs,
     stage_table,
+    tied_layer_groups,
     torchtitan_chunks,
 )
 from .stages import PipelineStages, pipeline_stages
@@ -35,14 +39,17 @@ __all__ = [
     "ExportMeta",
     "PipelineStages",
     "StageRuns",
+    "deepspeed_partition_method",
     "deepspeed_parts",
     "export_meta",
     "export_result",
+    "parse_partition_method",
     "pipeline_stages",
     "split_spec",
     "split_spec_names",
     "stage_runs",
     "stage_table",
+    "tied_layer_groups",
     "torchtitan_chunks",
 ]
 

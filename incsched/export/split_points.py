@@ -2,7 +2,7 @@
 
 ``torch.distributed.pipelining.pipeline()`` (a ``split_spec`` of ``SplitPoint`` markers), DeepSpeed's
 ``PipelineModule`` (``parts``, the first layer of every stage) and torchtitan (module names per model
-chunk) all cut one call order of the model's modules into contiguous runs. A result of a graph
+part) all cut one call order of the model's modules into contiguous runs. A result of a graph
 captured with ``granularity="layer"`` (or ``"module:<depth>"``) is read here as those runs; anything
 that is not one (an op-level result, a module that runs after a later stage's, an empty stage) is
 refused with one line naming the node or module. What these read of the graph's ``meta`` (written
@@ -30,6 +30,10 @@ __all__ = [
     "split_spec",
     "split_spec_names",
     "deepspeed_parts",
+    "deepspeed_partition_method",
+    "parse_partition_method",
+    "tied_layer_groups",
+    "PARTS_METHOD",
     "torchtitan_chunks",
     "stage_table",
     "stage_list",
@@ -321,46 +325,136 @@ def deepspeed_parts(graph: CompGraph, stages: Result | Sequence[int], **kwargs: 
 
     ``layers`` are the module nodes in call order (one ``LayerSpec`` each, in this order); stage
     ``k`` holds ``layers[parts[k]:parts[k + 1]]``, the list ``PipelineModule._partition_layers``
-    stores in ``self.parts`` for a ``partition_method``. Glue code is wherever the layer functions
-    put it.
+    stores in ``self.parts``. No DeepSpeed ``partition_method`` takes boundaries, so
+    ``partition_method`` is ``"parts:0,3,7,12"``, which the subclass
+    `incsched.export.deepspeed_module.PartsPipelineModule` accepts beside DeepSpeed's own methods.
+    Glue code is wherever the layer functions put it.
 
     Returns
     -------
     dict
         ``{"layers": [module paths], "parts": [K + 1 ints, 0 first, len(layers) last],
-        "param_bytes": [per stage]}``.
+        "partition_method": "parts:...", "tied": [groups], "param_bytes": [per stage]}``; ``tied``
+        lists the layers that share a weight (`tied_layer_groups`), each group one
+        ``TiedLayerSpec`` key.
+
+    Examples
+    --------
+    >>> g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], meta={"granularity": "layer", "modules": {"a": "a", "b": "b", "c": "c"}})
+    >>> deepspeed_parts(g, [0, 0, 1])["partition_method"]
+    'parts:0,2,3'
     """
     runs = stage_runs(graph, stages, **kwargs)
     layers = [m for run in runs.modules for m in run]
     parts = [0]
     for run in runs.modules:
         parts.append(parts[-1] + len(run))
-    return {"layers": layers, "parts": parts, "param_bytes": runs.param_bytes}
+    return {
+        "layers": layers,
+        "parts": parts,
+        "partition_method": deepspeed_partition_method(parts),
+        "tied": tied_layer_groups(graph, layers),
+        "param_bytes": runs.param_bytes,
+    }
+
+
+#: What starts the ``partition_method`` of explicit boundaries.
+PARTS_METHOD = "parts:"
+
+
+def deepspeed_partition_method(parts: Sequence[int]) -> str:
+    """``"parts:0,3,7,12"``: the boundaries as a ``partition_method`` string (see `parse_partition_method`)."""
+    return PARTS_METHOD + ",".join(str(int(p)) for p in parts)
+
+
+def parse_partition_method(method: str, *, n_layers: int, n_stages: int) -> list[int]:
+    """The boundaries of a ``"parts:0,3,7,12"`` partition method, checked against the module.
+
+    Parameters
+    ----------
+    method : str
+        ``"parts:"`` then K + 1 comma-separated whole numbers.
+    n_layers, n_stages : int
+        The ``PipelineModule``'s layer count and stage count.
+
+    Returns
+    -------
+    list of int
+        ``parts``: K + 1 non-decreasing boundaries, 0 first, ``n_layers`` last.
+
+    Raises
+    ------
+    ExportError
+        If the text is not that, or the boundaries do not fit ``n_layers`` and ``n_stages``.
+
+    Examples
+    --------
+    >>> parse_partition_method("parts:0,2,3", n_layers=3, n_stages=2)
+    [0, 2, 3]
+    """
+    if not isinstance(method, str) or not method.lower().startswith(PARTS_METHOD):
+        raise ExportError(f"partition_method must be 'parts:' and the boundaries (e.g. 'parts:0,3,7'), got {method!r:.80}")
+    try:
+        parts = [int(x) for x in method[len(PARTS_METHOD):].split(",")]
+    except ValueError:
+        raise ExportError(f"partition_method {method!r:.80}: the boundaries must be whole numbers separated by commas") from None
+    if len(parts) != n_stages + 1:
+        raise ExportError(f"partition_method {method!r:.80} has {len(parts)} boundaries, the module's {n_stages} stages need {n_stages + 1}")
+    if parts[0] != 0 or parts[-1] != n_layers or any(b < a for a, b in zip(parts, parts[1:])):
+        raise ExportError(f"partition_method {method!r:.80}: boundaries must rise from 0 to the layer count {n_layers}")
+    return parts
+
+
+def tied_layer_groups(graph: CompGraph, layers: Sequence[str]) -> list[dict[str, Any]]:
+    """The layers that read one weight, one DeepSpeed ``TiedLayerSpec`` key per group.
+
+    The place where weights shared across stages become ``TiedLayerSpec`` groups: it reads the
+    graph's ``shared_weights`` (groups of node names whose nodes read one weight) when the graph
+    has them, and gives ``[]`` for a graph without them.
+
+    Returns
+    -------
+    list of dict
+        ``{"key": the first layer's module path, "layers": [indices into layers]}`` per group of
+        two or more layers.
+    """
+    groups = getattr(graph, "shared_weights", None) or ()
+    modules = export_meta(graph).modules or {}
+    index = {path: i for i, path in enumerate(layers)}
+    out = []
+    for group in groups:
+        names = group.get("nodes", ()) if isinstance(group, Mapping) else group
+        at = sorted({index[modules[nm]] for nm in names if nm in modules and modules[nm] in index})
+        if len(at) >= 2:
+            out.append({"key": layers[at[0]], "layers": at})
+    return out
 
 
 def torchtitan_chunks(
     graph: CompGraph, stages: Result | Sequence[int], *, ranks: int | None = None, style: str = "loop", **kwargs: Any
 ) -> dict[str, Any]:
-    """torchtitan's ``module_names_per_model_chunk``: the module names of each model chunk.
+    """torchtitan's ``module_fqns_per_model_part``: the module names of each model part.
 
-    A result with K stages is K chunks, in pipeline order. With ``ranks`` < K it is a looped
-    schedule (Interleaved1F1B, LoopedBFS ...: ``style="loop"``, chunk i on rank i % ranks) or a V
-    schedule (ZBVZeroBubble, DualPipeV: ``style="v"``, two chunks per rank, rank r holding chunks r
-    and K - 1 - r). torchtitan keeps a chunk's modules by name among the model's top-level children
-    and the elements of a top-level ModuleList or ModuleDict, so deeper names are refused.
+    A result with K stages is K parts, in pipeline order. With ``ranks`` < K it is a looped
+    schedule (Interleaved1F1B, LoopedBFS ...: ``style="loop"``, part i on rank i % ranks) or a V
+    schedule (ZBVZeroBubble, DualPipeV: ``style="v"``, two parts per rank, rank r holding parts r
+    and K - 1 - r). torchtitan 0.3.0's splitter (``_split_module``) keeps a part's modules by name
+    among the model's top-level children and the elements of a top-level ModuleList or ModuleDict;
+    a nested model (Hugging Face GPT-2: ``transformer.h.3``) is marked ``nested``, and
+    `incsched.export.module_split.split_module` takes its names (in the splitter's place).
 
     Returns
     -------
     dict
-        ``module_names_per_model_chunk`` (K lists), ``pipeline_parallel_degree`` (ranks),
-        ``stages_per_rank``, ``stages_of_rank`` (chunk indices per rank) and ``param_bytes_per_rank``
-        (what each rank holds: the sum over its chunks).
+        ``module_fqns_per_model_part`` (K lists), ``nested`` (a name torchtitan's own splitter
+        does not keep), ``pipeline_parallel_degree`` (ranks), ``stages_per_rank``,
+        ``stages_of_rank`` (part indices per rank) and ``param_bytes_per_rank`` (what each rank
+        holds: the sum over its parts).
 
     Raises
     ------
     ExportError
-        See `stage_runs`; also if K is not a multiple of ``ranks`` (two per rank for V), or a
-        module is nested deeper than torchtitan splits.
+        See `stage_runs`; also if K is not a multiple of ``ranks`` (two per rank for V).
     """
     runs = stage_runs(graph, stages, **kwargs)
     K = runs.n_stages
@@ -376,16 +470,13 @@ def torchtitan_chunks(
     else:
         raise ExportError(f"unknown schedule style {style!r} (expected 'loop' or 'v')")
     containers = runs.meta.containers
-    for run in runs.modules:
-        for path in run:
-            parts = path.split(".")
-            if len(parts) > 2 or (len(parts) == 2 and parts[0] not in containers):
-                raise ExportError(
-                    f"module {path!r} is not a top-level module or an element of a top-level ModuleList/ModuleDict, "
-                    f"the only names torchtitan splits by; capture the inner model, or use --format pipelining"
-                )
+    nested = any(
+        len(parts) > 2 or (len(parts) == 2 and parts[0] not in containers)
+        for run in runs.modules for parts in (path.split(".") for path in run)
+    )
     return {
-        "module_names_per_model_chunk": runs.modules,
+        "module_fqns_per_model_part": runs.modules,
+        "nested": nested,
         "pipeline_parallel_degree": ranks,
         "stages_per_rank": K // ranks,
         "stages_of_rank": stages_of_rank,
