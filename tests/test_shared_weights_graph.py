@@ -122,3 +122,10 @@ def test_capture_records_gpt2_s_tied_embedding_as_shared():
     per_stage = g.part_param_bytes(stages, 2)
     assert per_stage[1] == tied.nbytes  # the head alone on its stage holds the tied weight
     assert per_stage[0] == g.total_param_bytes  # everything, the tied weight included, once
+
+    from incsched.export import deepspeed_parts
+
+    parts = deepspeed_parts(g, [0] * (g.n_nodes - 1) + [1])
+    (group,) = parts["tied"]  # the layers to build as TiedLayerSpec(key, ...): embedding and head
+    assert group["key"] == tied.name and group["bytes"] == tied.nbytes
+    assert [parts["layers"][i] for i in group["layers"]] == ["transformer.wte", "lm_head"]

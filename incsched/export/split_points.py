@@ -408,25 +408,25 @@ def parse_partition_method(method: str, *, n_layers: int, n_stages: int) -> list
 def tied_layer_groups(graph: CompGraph, layers: Sequence[str]) -> list[dict[str, Any]]:
     """The layers that read one weight, one DeepSpeed ``TiedLayerSpec`` key per group.
 
-    The place where weights shared across stages become ``TiedLayerSpec`` groups: it reads the
-    graph's ``shared_weights`` (groups of node names whose nodes read one weight) when the graph
-    has them, and gives ``[]`` for a graph without them.
+    Each of the graph's ``shared_weights`` (a weight several nodes read: a tied embedding and its
+    output head) whose readers are two or more of ``layers`` is one group, to build with
+    ``TiedLayerSpec(key, ...)`` on each of those layers so DeepSpeed keeps the copies in sync (it
+    all-reduces their gradients between the stages that hold them).
 
     Returns
     -------
     list of dict
-        ``{"key": the first layer's module path, "layers": [indices into layers]}`` per group of
-        two or more layers.
+        ``{"key": the weight's name, "weight": the same, "bytes": its size, "layers": [indices into
+        layers]}`` per group.
     """
-    groups = getattr(graph, "shared_weights", None) or ()
     modules = export_meta(graph).modules or {}
     index = {path: i for i, path in enumerate(layers)}
     out = []
-    for group in groups:
-        names = group.get("nodes", ()) if isinstance(group, Mapping) else group
+    for w in graph.shared_weights:
+        names = [graph.names[v] for v in w.readers]
         at = sorted({index[modules[nm]] for nm in names if nm in modules and modules[nm] in index})
         if len(at) >= 2:
-            out.append({"key": layers[at[0]], "layers": at})
+            out.append({"key": w.name, "weight": w.name, "bytes": w.nbytes, "layers": at})
     return out
 
 
