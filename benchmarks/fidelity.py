@@ -1,6 +1,8 @@
 """Benchmark: what the stage model predicts against what a real pipeline builds and spends.
 
-For each model (random weights, built offline): capture at layer granularity on one micro-batch
+For each model (random weights, built offline): capture at layer granularity on one micro-batch,
+called with its labels so that the loss (glue after the last layer, which joins it) is part of the
+last stage's time and memory,
 with measured forward times, solve the training-throughput problem (`StageProblem.pipeline`,
 ``mode="training"``, 1F1B, Adam in fp32) with inc-ilp, build the pipeline from the result with
 ``torch.distributed.pipelining.pipeline()`` and the exported ``split_spec``, and run real training
@@ -53,36 +55,44 @@ def _gpt2(size: str):
               "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=128)}[size]
     config = tf.GPT2Config(**shapes, use_cache=False, bos_token_id=0, eos_token_id=0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
 
-    class LM(nn.Module):  # logits only, so the last stage's output is one tensor for the loss
+    class LM(nn.Module):
         def __init__(self):
             super().__init__()
             self.lm = tf.GPT2LMHeadModel(config)
 
-        def forward(self, ids):
-            return self.lm(ids).logits
+        def forward(self, ids, labels=None):
+            logits = self.lm(ids).logits
+            return logits if labels is None else _gpt2_loss(logits, labels)
 
     vocab, seq = shapes["vocab_size"], shapes["n_positions"]
 
     def batch(n):
         ids = torch.randint(0, vocab, (n, seq))
-        return (ids,), ids
+        return (ids, ids)
 
-    def loss(logits, target):
-        return nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
+    return LM, batch, _gpt2_loss
 
-    return LM, batch, loss
+
+def _gpt2_loss(logits, labels):
+    return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
 
 
 def _resnet18():
     tv = zoo.import_torchvision()
 
-    def build():
-        return tv.models.resnet18(weights=None, num_classes=10)
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = tv.models.resnet18(weights=None, num_classes=10)
+
+        def forward(self, x, labels=None):
+            logits = self.net(x)
+            return logits if labels is None else nn.functional.cross_entropy(logits, labels)
 
     def batch(n):
-        return (torch.randn(n, 3, 64, 64),), torch.randint(0, 10, (n,))
+        return (torch.randn(n, 3, 64, 64), torch.randint(0, 10, (n,)))
 
-    return build, batch, nn.functional.cross_entropy
+    return Classifier, batch, nn.functional.cross_entropy
 
 
 MODELS = {"gpt2-tiny": lambda: _gpt2("gpt2-tiny"), "gpt2-small": lambda: _gpt2("gpt2-small"), "resnet18": _resnet18}
@@ -113,8 +123,8 @@ def _held_bytes(module: nn.Module) -> int:
 def run_model(name: str, K: int, M: int, mb_size: int, time_limit: float, steps: int) -> list[dict]:
     build, batch, loss = MODELS[name]()
     torch.manual_seed(0)
-    mb_args, _ = batch(mb_size)
-    cap = capture(build().eval(), mb_args, granularity="layer", measure=True, name=name)
+    mb_args = batch(mb_size)
+    cap = capture(build().eval(), mb_args, granularity="layer", measure=True, training=True, name=name)
     graph = cap.graph
     problem = StageProblem.pipeline(graph, K, micro_batches=M, mode="training", optimizer="adam-fp32", schedule="1f1b")
     result = solve(problem, time_limit=time_limit)
@@ -122,8 +132,8 @@ def run_model(name: str, K: int, M: int, mb_size: int, time_limit: float, steps:
     rows = []
     for split, stages in (("inc-ilp", np.asarray(result.stages)), ("even layers", np.asarray(even_layers(graph.n_nodes, K)))):
         predicted = evaluate_stages(problem, stages)
-        modules = _stage_modules(build, mb_args, graph, stages)
-        measured = train_step(modules, inputs, target, loss, n_micro=M, timed_steps=steps)
+        modules = _stage_modules(build, mb_args[:1], graph, stages)  # logits out: the schedule computes the loss
+        measured = train_step(modules, (inputs,), target, loss, n_micro=M, timed_steps=steps)
         params = graph.part_param_bytes(stages, K)
         for k in range(K):
             rows.append({
