@@ -89,6 +89,8 @@ def capture(
     ``meta["shared_params"]``; weights no node reads are
     charged to the reader of their module's other weights and listed in ``meta["unread_params"]``);
     with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs.
+    ``meta["costs"]`` says so (`CompGraph.time_source`, `CompGraph.byte_source`); without
+    ``measure``, node times are estimated by a roofline when a problem reads them.
 
     Parameters
     ----------
@@ -167,6 +169,7 @@ def capture(
     node_of = {m: graph.names[v] for v, group in enumerate(graph.members or ()) for m in group}
     node_of.update({attr: node_of[owner] for attr, owner in asm.attr_owner.items()})
     tensors = [x for x in traced.flat_inputs if isinstance(x, torch.Tensor)]
+    conditions = _measurement_conditions(device, repeats, warmup) if measure else None
     meta = dict(graph.meta)
     meta.update(
         {
@@ -180,7 +183,8 @@ def capture(
             "coarsening": list(graph.meta.get("coarsening", [])),  # steps applied, as `quotient` records them
             "fx_nodes": asm.graph.n_nodes,
             "torch_version": torch.__version__.split("+")[0],
-            "measured": _measurement_conditions(device, repeats, warmup) if measure else None,
+            "measured": conditions,
+            "costs": _cost_record(profile.device_kind, conditions),
             "param_count": sum(p.numel() for p in model.parameters()),
             "constant_bytes": asm.constant_bytes,
             **describe_params(asm.params, node_of),
@@ -207,6 +211,17 @@ def _measurement_conditions(device: str | torch.device, repeats: int, warmup: in
         load = None
     threads = torch.get_num_threads()
     return {"device": str(device), "repeats": repeats, "warmup": warmup, "threads": threads, "load_average": load}
+
+
+#: How capture counts bytes, in ``meta["costs"]`` (`incsched.graph.cost_model`).
+CAPTURED_BYTES = "from tensor shapes (torch capture)"
+
+
+def _cost_record(kind: str, conditions: dict[str, Any] | None) -> dict[str, Any]:
+    if conditions is None:
+        return {"bytes": CAPTURED_BYTES}
+    how = "each node timed alone" + (", synchronised" if kind == "cuda" else "")
+    return {"bytes": CAPTURED_BYTES, "times": {kind: {"source": "measured", "how": how, **conditions}}}
 
 
 def from_module(model: torch.nn.Module, example_inputs: Sequence[Any], **kwargs: Any) -> CompGraph:
