@@ -383,7 +383,7 @@ def _validate(args) -> int:
         if timed.structure_digest() != captured.graph.structure_digest():
             raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at op granularity (nodes or edges differ)")
         # the times and what they were measured under (threads, device), so notes judge the right ones
-        meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
+        meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration", "costs") if k in timed.meta}}
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
     v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, runtime=args.runtime)
     out = sys.stderr if args.json == "-" else sys.stdout  # stdout carries the JSON
@@ -391,6 +391,8 @@ def _validate(args) -> int:
     print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}", file=out)
     print(f"outputs match the unsplit model (max |diff| {v.max_abs_diff:.3g}); medians of {v.repeats} runs after a warm-up", file=out)
     print(v.table(), file=out)
+    for kind in sorted({d.split(":")[0] for d in v.devices}):
+        print(f"predicted with times ({kind}) {captured.graph.time_source(kind)}", file=out)
     for note in v.notes:
         print(f"note: {note}", file=out)
     if args.json:

@@ -124,6 +124,7 @@ def test_validate_executes_a_solved_result(tmp_path, capsys, runtime):
     out = capsys.readouterr().out
     assert "outputs match the unsplit model" in out and "| makespan_s |" in out
     assert ("torch.distributed.pipelining" in out) == (runtime == "pipelining")
+    assert f"predicted with times (cpu) {load_graph(graph).time_source('cpu')}\n" in out  # the shipped graph's measurement
     data = json.loads(out_json.read_text())
     assert data["kind"] == "stage" and data["predicted"]["makespan_s"] > 0 and data["measured"]["makespan_s"] > 0
     # the predictions use the shipped graph's measured times
