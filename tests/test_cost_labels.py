@@ -181,3 +181,13 @@ def test_graph_info_says_where_times_and_bytes_come_from(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["costs"]["times"] == {"cpu": g.time_source("cpu"), "a100": g.time_source("a100")}
     assert data["estimated_time_s"]["a100"] == pytest.approx(float(g.time("a100").sum()))
+
+
+def test_a_cuda_measurement_names_the_gpu_and_its_synchronisation(monkeypatch):
+    from incsched.capture import _cost_record
+    from incsched.graph.cost_model import time_label
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    record = _cost_record("cuda", {"device": "cuda:0", "repeats": 5, "warmup": 2, "threads": 16, "load_average": 0.1})
+    assert time_label({"costs": record}, "cuda", ["cuda"]) == (
+        "measured on cuda:0 (NVIDIA H200, each node timed alone, synchronised, median of 5 after 2 warm-up, 16 threads, load 0.1)")
