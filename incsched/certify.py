@@ -19,7 +19,7 @@ from .inc_ilp.context import Context, gap
 from .problems import training
 from .result import Result, library_versions
 
-__all__ = ["certify", "stop_reason_of", "METHODS"]
+__all__ = ["certify", "cost_sources", "stop_reason_of", "METHODS"]
 
 #: Methods every problem accepts besides its pre-schedulers' names.
 METHODS = ("inc-ilp", "ilp", "ilp-hinted")
@@ -37,6 +37,17 @@ def stop_reason_of(ctx: Context, method: str, proven: bool) -> str:
     if ctx.work_limit is not None and ctx.work_left() <= 0.01 * ctx.work_limit and not ctx.wall_capped:
         return "work"
     return "time"  # the search ran until the clock (its last phase is given all that is left)
+
+
+def cost_sources(p, kind: str) -> dict:
+    """Where the problem's node times (per device kind it reads) and byte counts come from, for
+    people, and whether the objective counts times: ``{"times": {"cpu": "estimated by the cpu
+    roofline (...)"}, "bytes": "from tensor shapes ...", "objective_counts_times": False}``."""
+    if kind == "stage":
+        kinds, timed = [p.device_kind], p.weights.compute_peak > 0 or p.weights.stage_time_peak > 0
+    else:
+        kinds, timed = sorted({d.kind for d in p.devices}), True
+    return {"times": {k: p.graph.time_source(k) for k in kinds}, "bytes": p.graph.byte_source(), "objective_counts_times": timed}
 
 
 def certify(ctx: Context, kind: str, method: str) -> Result:
@@ -108,6 +119,7 @@ def certify(ctx: Context, kind: str, method: str) -> Result:
             "time_limit": ctx.time_limit,
             "work_limit": ctx.work_limit,
             "tuning": ctx.tuning.to_json(),
+            "costs": cost_sources(p, kind),
         },
         timing={k: round(v, 6) for k, v in ctx.timing.items()},
         **answer,

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 
 from .errors import IncschedError
+from .graph.cost_model import DEFAULT_KIND, ROOFLINES, short_label
 
 __all__ = ["main", "format_result", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
@@ -196,6 +197,9 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("file", help=".json, .json.gz or .gml graph file")
     info.add_argument("--edges", help="edge table, when FILE is a CSV node table")
     info.add_argument("--json", action="store_true", help="print the summary as JSON")
+    info.add_argument("--device-kind", "--kind", dest="kind", metavar="KIND",
+                      help="also show the node times of this kind: measured, or estimated by its roofline preset "
+                           f"({', '.join(sorted(ROOFLINES))}); default the measured kinds, else cpu")
     info.set_defaults(run=_graph_info)
 
     cap = graph.add_parser("capture", help="capture a real PyTorch model (random weights, offline) into a graph file")
@@ -399,7 +403,7 @@ def _validate(args) -> int:
         if timed.structure_digest() != captured.graph.structure_digest():
             raise IncschedError(f"{args.graph}: not the graph of {loaded.name} as captured here at op granularity (nodes or edges differ)")
         # the times and what they were measured under (threads, device), so notes judge the right ones
-        meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration") if k in timed.meta}}
+        meta = {**captured.graph.meta, **{k: timed.meta[k] for k in ("measured", "calibration", "costs") if k in timed.meta}}
         captured = dataclasses.replace(captured, graph=captured.graph.replace(compute_time=timed.compute_time, meta=meta))
     v = validate_result(captured, result, devices, n_micro_batches=args.micro_batches, repeats=args.repeats, runtime=args.runtime)
     out = sys.stderr if args.json == "-" else sys.stdout  # stdout carries the JSON
@@ -407,6 +411,8 @@ def _validate(args) -> int:
     print(f"{v.graph}: {result.problem} result ({result.method}, {result.status}) executed as {v.parts} parts on {', '.join(v.devices)}, {what}", file=out)
     print(f"outputs match the unsplit model (max |diff| {v.max_abs_diff:.3g}); medians of {v.repeats} runs after a warm-up", file=out)
     print(v.table(), file=out)
+    for kind in sorted({d.split(":")[0] for d in v.devices}):
+        print(f"predicted with times ({kind}) {captured.graph.time_source(kind)}", file=out)
     for note in v.notes:
         print(f"note: {note}", file=out)
     if args.json:
@@ -560,7 +566,9 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", type=_byte_count, help="stage: hard per-stage parameter memory in bytes")
     p.add_argument("--spill-capacity", type=_byte_count, metavar="BYTES",
                    help="stage: per-stage memory beyond which parameters spill (needed by the spill term of --weights)")
-    p.add_argument("--kind", default="cpu", help="device kind whose node times are used (default cpu)")
+    p.add_argument("--device-kind", "--kind", dest="kind", default="cpu", metavar="KIND",
+                   help="device kind whose node times are used: measured where the graph has them, else estimated by the "
+                        f"roofline preset of that name ({', '.join(sorted(ROOFLINES))}; default cpu)")
     p.add_argument("--bandwidth", type=_positive,
                    help="placement: link bandwidth in bytes/s; solve --objective throughput: bytes/s of a stage's sends (default: infinite)")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="placement: link latency in seconds")
@@ -595,6 +603,11 @@ def _read_graph(path: str, edges: str | None):
 def _graph_info(args) -> int:
     graph = _read_graph(args.file, args.edges)
     summary = graph.summary()
+    kinds = sorted(graph.compute_time) or [DEFAULT_KIND]
+    if args.kind is not None and args.kind not in kinds:
+        kinds.append(args.kind)
+    summary["costs"] = {"bytes": graph.byte_source(), "times": {k: graph.time_source(k) for k in kinds}}
+    summary["estimated_time_s"] = {k: float(graph.time(k).sum()) for k in kinds if k not in graph.compute_time}
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
@@ -616,8 +629,10 @@ def _format_summary(s: dict, meta: dict) -> str:
         ("total outputs", _bytes(s["total_out_bytes"])),
         ("total edge bytes", _bytes(s["total_edge_bytes"])),
     ]
-    for kind, seconds in s["measured_time_s"].items():
-        rows.append((f"measured time ({kind})", f"{seconds * 1e3:,.3f} ms (sum over nodes)"))
+    for kind, label in s["costs"]["times"].items():
+        seconds = s["measured_time_s"].get(kind, s["estimated_time_s"].get(kind))
+        rows.append((f"time ({kind})", f"{seconds * 1e3:,.3f} ms (sum over nodes), {label}"))
+    rows.append(("bytes", s["costs"]["bytes"]))
     for key in ("model", "batch_size", "method", "coarsen"):
         if key in meta:
             rows.append((key.replace("_", " "), str(meta[key])))
@@ -1096,33 +1111,43 @@ def _experiment_list(args) -> int:
 
 
 def format_result(r) -> str:
-    """A readable summary of a `Result`: status, objective, bound, gap, loads, phase times."""
+    """A readable summary of a `Result`: status, objective, bound, gap, loads, phase times; every
+    figure that node times make says where they come from (``estimated``, ``measured on cpu``)."""
+    costs = (r.provenance or {}).get("costs") or {}
+    tags = ", ".join(sorted({short_label(label) for label in (costs.get("times") or {}).values()}))
+    timed = f"  ({tags})" if tags else ""  # beside each figure made of node times
+    counted = timed if costs.get("objective_counts_times") else ""
     lines = [
         f"graph {r.graph}: {r.problem} problem, method {r.method}, seed {r.seed}"
         + ("" if r.reproducible else " (not reproducible)"),
         f"status       {r.status}" + (f"  ({r.reason})" if r.reason else "") + f"  [stopped: {r.stop_reason}]",
     ]
     if r.objective is not None:
-        lines.append(f"objective    {_number(r.objective)}")
+        lines.append(f"objective    {_number(r.objective)}{counted}")
     if r.lower_bound is not None:
-        lines.append(f"lower bound  {_number(r.lower_bound)}  ({r.bound_source})")
+        lines.append(f"lower bound  {_number(r.lower_bound)}  ({r.bound_source}){counted}")
     if r.gap is not None:
         lines.append(f"gap          {100 * r.gap:.4f} %")
     t = r.terms
     if r.problem == "stage" and t:
-        lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill", "stage_time_peak") if k in t))
+        lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill", "stage_time_peak") if k in t)
+                     + (f"  (time terms: {tags})" if tags else ""))
         lines.append("stage memory " + " | ".join(_bytes(b) for b in t["stage_mem"]))
-        lines.append("stage time   " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_compute_s"]))
+        lines.append("stage time   " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_compute_s"]) + timed)
         if "stage_time_s" in t:  # a pipeline problem: compute plus sends, memory with activations in flight
-            lines.append("time + sends " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_time_s"]))
+            lines.append("time + sends " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_time_s"]) + timed)
             lines.append("mem + acts   " + " | ".join(_bytes(b) for b in t["stage_memory"]))
             if t.get("throughput") is not None:
-                lines.append(f"throughput   {t['throughput']:.2f} micro-batches/s (slowest stage {1e3 * t['stage_time_peak_s']:.3f} ms)")
+                lines.append(f"throughput   {t['throughput']:.2f} micro-batches/s (slowest stage {1e3 * t['stage_time_peak_s']:.3f} ms){timed}")
             if t.get("step_time_s") is not None:  # training mode: forward plus backward, and where backward came from
-                lines.append(f"step time    {1e3 * t['step_time_s']:.3f} ms (backward {t['backward_time_source']})")
+                lines.append(f"step time    {1e3 * t['step_time_s']:.3f} ms (backward {t['backward_time_source']}){timed}")
     elif r.problem == "placement" and t:
-        lines.append(f"makespan     {1e3 * t['makespan_s']:.3f} ms ({t['makespan']:,} ticks)")
-        lines.append("device busy  " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["busy_s"]))
+        lines.append(f"makespan     {1e3 * t['makespan_s']:.3f} ms ({t['makespan']:,} ticks){timed}")
+        lines.append("device busy  " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["busy_s"]) + timed)
+    for kind, label in (costs.get("times") or {}).items():
+        lines.append(f"times ({kind})".ljust(12) + f" {label}")
+    if costs.get("bytes"):
+        lines.append(f"bytes        {costs['bytes']}")
     lines.append("time         " + ", ".join(f"{k} {v:.3f} s" for k, v in r.timing.items()))
     return "\n".join(lines)
 

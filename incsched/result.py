@@ -72,7 +72,8 @@ class Result:
         Why a problem is infeasible or a status is weaker than hoped.
     provenance : dict
         Units (``time_unit``), the graph's digest, ``steps`` (every phase of the run, in order,
-        with what it found), library versions, time and work limits.
+        with what it found), library versions, time and work limits, ``costs`` (where the node
+        times and bytes come from: measured where and how, or estimated by which roofline).
     timing : dict
         Seconds per phase (``preschedule``, ``window``, ``proof``, ``check``, ``total``); left out
         of deterministic comparisons.

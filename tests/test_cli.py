@@ -51,7 +51,9 @@ def test_info_prints_summary(small_graph_file, capsys):
 def test_info_json_matches_library_summary(small_graph_file, capsys):
     g, path = small_graph_file
     assert main(["graph", "info", str(path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == g.summary()
+    out = json.loads(capsys.readouterr().out)
+    assert {k: out[k] for k in g.summary()} == g.summary()
+    assert out["costs"] == {"bytes": g.byte_source(), "times": {"cpu": g.time_source("cpu")}}
 
 
 def test_info_reports_malformed_file(tmp_path, capsys):
@@ -122,6 +124,7 @@ def test_validate_executes_a_solved_result(tmp_path, capsys, runtime):
     out = capsys.readouterr().out
     assert "outputs match the unsplit model" in out and "| makespan_s |" in out
     assert ("torch.distributed.pipelining" in out) == (runtime == "pipelining")
+    assert f"predicted with times (cpu) {load_graph(graph).time_source('cpu')}\n" in out  # the shipped graph's measurement
     data = json.loads(out_json.read_text())
     assert data["kind"] == "stage" and data["predicted"]["makespan_s"] > 0 and data["measured"]["makespan_s"] > 0
     # the predictions use the shipped graph's measured times

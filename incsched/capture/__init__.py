@@ -90,7 +90,9 @@ def capture(
     such as a tied embedding, is one of the graph's ``shared_weights``, also described in
     ``meta["shared_params"]``; weights no node reads are
     charged to the reader of their module's other weights and listed in ``meta["unread_params"]``);
-    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs. With
+    with ``measure``, ``compute_time[device kind]`` is the median of ``repeats`` timed runs.
+    ``meta["costs"]`` says so (`CompGraph.time_source`, `CompGraph.byte_source`); without
+    ``measure``, node times are estimated by a roofline when a problem reads them. With
     ``training``, ``saved_bytes`` are the activations autograd saves for each node's backward
     (`incsched.capture.saved`), what a pipeline schedule stashes per micro-batch, and with
     ``measure`` too, ``backward_time[device kind]`` the median of each node's backward pass.
@@ -185,6 +187,7 @@ def capture(
     node_of = {m: graph.names[v] for v, group in enumerate(graph.members or ()) for m in group}
     node_of.update({attr: node_of[owner] for attr, owner in asm.attr_owner.items()})
     tensors = [x for x in traced.flat_inputs if isinstance(x, torch.Tensor)]
+    conditions = {**_measurement_conditions(device, repeats, warmup), "backward": training} if measure else None
     meta = dict(graph.meta)
     meta.update(
         {
@@ -198,7 +201,8 @@ def capture(
             "coarsening": list(graph.meta.get("coarsening", [])),  # steps applied, as `quotient` records them
             "fx_nodes": asm.graph.n_nodes,
             "torch_version": torch.__version__.split("+")[0],
-            "measured": {**_measurement_conditions(device, repeats, warmup), "backward": training} if measure else None,
+            "measured": conditions,
+            "costs": _cost_record(profile.device_kind, conditions),
             "param_count": sum(p.numel() for p in model.parameters()),
             "constant_bytes": asm.constant_bytes,
             **describe_params(asm.params, node_of),
@@ -225,6 +229,19 @@ def _measurement_conditions(device: str | torch.device, repeats: int, warmup: in
         load = None
     threads = torch.get_num_threads()
     return {"device": str(device), "repeats": repeats, "warmup": warmup, "threads": threads, "load_average": load}
+
+
+#: How capture counts bytes, in ``meta["costs"]`` (`incsched.graph.cost_model`).
+CAPTURED_BYTES = "from tensor shapes (torch capture)"
+
+
+def _cost_record(kind: str, conditions: dict[str, Any] | None) -> dict[str, Any]:
+    if conditions is None:
+        return {"bytes": CAPTURED_BYTES}
+    measured = {"source": "measured", "how": "each node timed alone", **conditions}
+    if kind == "cuda":  # a sync around every node: an upper bound at small batch (see `capture`)
+        measured.update(how="each node timed alone, synchronised", device_name=torch.cuda.get_device_name(conditions["device"]))
+    return {"bytes": CAPTURED_BYTES, "times": {kind: measured}}
 
 
 def from_module(model: torch.nn.Module, example_inputs: Sequence[Any], **kwargs: Any) -> CompGraph:

@@ -338,7 +338,8 @@ def with_measured_times(graph: CompGraph, times: NodeTimes, kind: str | None = N
     -------
     CompGraph
         A new graph; other kinds' times are kept, and ``meta["calibration"][kind]`` records the
-        device, regime, wall time, kernel sum, launch overhead per op and the conditions.
+        device, regime, wall time, kernel sum, launch overhead per op and the conditions
+        (``meta["costs"]["times"][kind]`` the same for `CompGraph.time_source`).
 
     Raises
     ------
@@ -378,6 +379,11 @@ def with_measured_times(graph: CompGraph, times: NodeTimes, kind: str | None = N
         "torch_version": torch.__version__.split("+")[0],
     }
     meta["calibration"] = calibration
+    costs = dict(meta.get("costs") or {})  # what CompGraph.time_source reads: this column is now measured so
+    costs["times"] = {**(costs.get("times") or {}), kind: {
+        "source": "measured", "how": f"torch.profiler kernels + launch per op, {times.regime}", "device": times.device,
+        "repeats": times.repeats, "warmup": times.warmup, **dict(times.conditions)}}
+    meta["costs"] = costs
     return graph.replace(compute_time=compute_time, meta=meta)
 
 

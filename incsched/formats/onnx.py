@@ -252,6 +252,7 @@ def _build(model, onnx, *, source: str, coarsen: str, symbolic: dict[str, int], 
         "flops_unknown_ops": sorted(unknown_flops),
         "unknown_size_tensors": tensors.unknown_count(node_outputs),
         "coarsening": [],
+        "costs": {"bytes": "from tensor shapes (ONNX shape inference)"},  # no times: every kind is estimated
     }
     if any(tensors.bytes_of(outs[0]) is None for outs, kind in zip(node_outputs, kinds) if kind == "input"):
         log.warning("%s: some inputs have unknown shapes; their bytes are counted as 0", source)

@@ -57,9 +57,17 @@ class _Builder:
             param_bytes=self.params,
             out_bytes=self.outs,
             name=name,
-            meta={**meta, "compute_time": "roofline" + (f" x lognormal(0, {jitter})" if jitter else ""), "seed": seed},
+            meta={**meta, "compute_time": "roofline" + (f" x lognormal(0, {jitter})" if jitter else ""), "seed": seed,
+                  "costs": _synthetic_costs(kinds, jitter)},
         )
         return _with_times(g, kinds, jitter, seed)
+
+
+def _synthetic_costs(kinds: Sequence[str], jitter: float) -> dict:
+    """``meta["costs"]`` (`incsched.graph.cost_model`): bytes from the tile shapes, times from the roofline."""
+    spread = f" x lognormal(0, {jitter})" if jitter else ""
+    return {"bytes": "synthetic (tile shapes of the dataflow generator)",
+            "times": {kind: {"source": "synthetic", "how": f"{kind} roofline{spread}"} for kind in kinds}}
 
 
 def _with_times(g: CompGraph, kinds: Sequence[str], jitter: float, seed: int) -> CompGraph:

@@ -18,6 +18,10 @@ from .arguments import check_size, real, whole
 
 __all__ = ["layered_dag", "respect_like", "icml24_like", "draw_costs", "CostSpec"]
 
+#: ``meta["costs"]`` of every graph drawn here (`incsched.graph.cost_model`): bytes drawn, no times
+#: (a problem's node times are then estimated by the roofline of its device kind).
+SYNTHETIC_COSTS = {"bytes": "synthetic (drawn at random)"}
+
 #: How a cost column is drawn: a constant, a ``(low, high)`` range drawn uniformly (inclusive for
 #: byte counts), or a function ``(rng, size) -> array``.
 CostSpec = Union[float, tuple[float, float], Callable[[np.random.Generator, int], np.ndarray]]
@@ -126,6 +130,7 @@ def layered_dag(
         name=name or f"layered_{n_nodes}_s{seed}",
         meta={
             "generator": "layered_dag",
+            "costs": SYNTHETIC_COSTS,
             "n_layers": n_layers,
             "edge_prob": edge_prob,
             "mean_in_degree": mean_in_degree,
@@ -365,7 +370,7 @@ def respect_like(n_nodes: int = 60, seed: int = 0) -> CompGraph:
         out_bytes=out,
         edge_bytes=out[base.src],
         flops=flops,
-        meta={"generator": "respect_like", "n_nodes": n_nodes, "seed": seed},
+        meta={"generator": "respect_like", "n_nodes": n_nodes, "seed": seed, "costs": SYNTHETIC_COSTS},
     )
 
 
@@ -443,7 +448,7 @@ def icml24_like(n_nodes: int = 1000, sparse: bool = False, seed: int = 0) -> Com
         out_bytes=out_bytes,
         edge_bytes=edge_bytes.astype(np.int64),
         name=f"icml24_like_{kind}_{n_nodes}_s{seed}",
-        meta={"generator": "icml24_like", "n_nodes": n_nodes, "sparse": bool(sparse), "seed": seed},
+        meta={"generator": "icml24_like", "n_nodes": n_nodes, "sparse": bool(sparse), "seed": seed, "costs": SYNTHETIC_COSTS},
     )
 
 

@@ -31,7 +31,8 @@ class Device:
     name : str
         Unique label (``"gpu0"``).
     kind : str
-        Device kind whose per-node times the graph supplies (``graph.time(kind)``).
+        Device kind whose per-node times the graph supplies (``graph.time(kind)``): measured, else
+        estimated by the roofline preset of that name (`incsched.graph.cost_model.ROOFLINES`).
     speed : float
         Relative speed: a node takes ``graph.time(kind)[v] / speed`` seconds here.
     memory : int, optional

@@ -233,7 +233,9 @@ class StageProblem:
         Relative speed of each stage's device (default all 1): stage k's compute time is the sum of
         its nodes' times divided by ``stage_speed[k]``.
     device_kind : str
-        Which of the graph's time columns (measured, else roofline estimate) gives node times.
+        Which of the graph's time columns gives node times: measured, else estimated by the
+        roofline preset of that name (``cpu``, ``a100``, ``h100``, ``h200`` ...:
+        `incsched.graph.cost_model.ROOFLINES`).
     time_unit : float, optional
         Seconds per integer tick; chosen automatically when omitted (see the module notes).
     memory : int or sequence of int, optional
@@ -261,6 +263,8 @@ class StageProblem:
         is not a positive finite number, ``micro_batches`` is not a whole number >= 1, or
         ``memory`` comes without ``micro_batches``, or a training field is unknown or set in
         inference mode (one line naming the choices).
+    GraphError
+        If the graph has no times for ``device_kind`` and no roofline preset is named so.
 
     Examples
     --------
@@ -318,6 +322,7 @@ class StageProblem:
             object.__setattr__(self, "stage_speed", speed)
         if not isinstance(self.device_kind, str) or not self.device_kind:
             raise ProblemError(f"device_kind must be a non-empty string, got {self.device_kind!r}")
+        self.graph.time_source(self.device_kind)  # a kind with no times and no preset fails here, naming the known ones
         if self.time_unit is None:
             object.__setattr__(self, "time_unit", self._auto_time_unit())
         else:
