@@ -652,8 +652,6 @@ def _graph_capture(args) -> int:
     from .capture import capture
     from .formats import save_graph
 
-    if args.backward and not args.measure:
-        raise IncschedError("--backward times the backward pass: it needs --measure")
     started = time.perf_counter()
     loaded = _load_model(args)
     captured = capture(
