@@ -64,6 +64,8 @@ def certify(ctx: Context, kind: str, method: str) -> Result:
             terms.update(stage_time_peak_s=ev.stage_time_peak_s, throughput=ev.throughput if math.isfinite(ev.throughput) else None,
                          stage_time_s=[float(t) for t in ev.stage_time_s], stage_memory=list(ev.stage_memory))
         answer = {"stages": [int(s) for s in ctx.best]}
+        if p.graph.shared_weights:  # which weights the split holds on several stages (from the evaluator)
+            answer["replicated_weights"] = dict(ev.replicated)
     else:
         sched = simulate(p, ctx.best, "ordered")
         objective = int(sched.makespan)

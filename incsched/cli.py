@@ -1011,6 +1011,8 @@ def format_result(r) -> str:
         lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill", "stage_time_peak") if k in t))
         lines.append("stage memory " + " | ".join(_bytes(b) for b in t["stage_mem"]))
         lines.append("stage time   " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_compute_s"]))
+        if r.replicated_weights is not None:  # tied weights: a copy (and its bytes) on each stage listed
+            lines.append("replicated   " + ("; ".join(f"{w} on stages {', '.join(map(str, ks))}" for w, ks in r.replicated_weights.items()) or "none"))
         if "stage_time_s" in t:  # a pipeline problem: compute plus sends, memory with activations in flight
             lines.append("time + sends " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_time_s"]))
             lines.append("mem + acts   " + " | ".join(_bytes(b) for b in t["stage_memory"]))
