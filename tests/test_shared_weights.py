@@ -9,6 +9,7 @@ The oracle enumerates every monotone assignment of a tiny graph and prices it wi
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -21,9 +22,11 @@ from incsched.baselines.stage_local import improve_by_moves
 from incsched.bounds import stage_lower_bound
 from incsched.bounds.reductions import stage_reduction
 from incsched.bounds.stage import closure, peak_lower_bound, proof_bound
+from incsched.cli import format_result
 from incsched.evaluate.stage import evaluate_stages
 from incsched.graph import CompGraph
 from incsched.problems.stage import ObjectiveWeights, StageProblem
+from incsched.result import Result
 from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import solve_stage
 from incsched.solvers.milp.stage import solve_stage_milp
@@ -247,3 +250,13 @@ def test_gpt2_tied_weight_is_charged_on_both_stages(gpt2_graph):
     for k in readers:  # both the embedding's and the head's stage hold the tied weight
         assert result.terms["stage_mem"][k] == own[k] + tied.nbytes
     assert sum(result.terms["stage_mem"]) == graph.total_param_bytes + (len(readers) - 1) * tied.nbytes
+    # Shown by the JSON (round trip) and by the CLI's printout.
+    assert Result.from_json(json.loads(json.dumps(result.to_json()))).replicated_weights == {tied.name: readers}
+    assert f"replicated   {tied.name} on stages {', '.join(map(str, readers))}" in format_result(result)
+
+
+def test_results_without_shared_weights_have_no_replicated_field():
+    g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
+    result = solve(StageProblem.peer(g, 2), time_limit=10.0)
+    assert result.replicated_weights is None and "replicated_weights" not in result.to_json()
+    assert "replicated" not in format_result(result)
