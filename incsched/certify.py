@@ -78,6 +78,8 @@ def certify(ctx: Context, kind: str, method: str) -> Result:
         if p.training:  # a training step's time, and where its backward times come from
             terms.update(step_time_s=ev.step_time_s, backward_time_source=training.backward_source(p.graph, p.device_kind))
         answer = {"stages": [int(s) for s in ctx.best]}
+        if p.graph.shared_weights:  # which weights the split holds on several stages (from the evaluator)
+            answer["replicated_weights"] = dict(ev.replicated)
     else:
         sched = simulate(p, ctx.best, "ordered")
         objective = int(sched.makespan)

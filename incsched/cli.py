@@ -1132,6 +1132,8 @@ def format_result(r) -> str:
                      + (f"  (time terms: {tags})" if tags else ""))
         lines.append("stage memory " + " | ".join(_bytes(b) for b in t["stage_mem"]))
         lines.append("stage time   " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_compute_s"]) + timed)
+        if r.replicated_weights is not None:  # tied weights: a copy (and its bytes) on each stage listed
+            lines.append("replicated   " + ("; ".join(f"{w} on stages {', '.join(map(str, ks))}" for w, ks in r.replicated_weights.items()) or "none"))
         if "stage_time_s" in t:  # a pipeline problem: compute plus sends, memory with activations in flight
             lines.append("time + sends " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_time_s"]) + timed)
             lines.append("mem + acts   " + " | ".join(_bytes(b) for b in t["stage_memory"]))

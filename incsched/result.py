@@ -52,6 +52,10 @@ class Result:
         comm_total, comm_peak, compute_peak, spill; placement: makespan and makespan_s).
     stages : list of int, optional
         Stage of each node (stage problem).
+    replicated_weights : dict, optional
+        Stage problem on a graph with shared weights (`CompGraph.shared_weights`): each shared
+        weight held on more than one stage, by name, with those stages (sorted); each holds a copy
+        and is charged its bytes. Empty when none is replicated; absent (None) without shared weights.
     device, order, start : lists, optional
         Device per node, per-device execution order, start tick per node (placement problem).
     method : str
@@ -93,6 +97,7 @@ class Result:
     stop_reason: str = "done"
     reason: str | None = None
     stages: list[int] | None = None
+    replicated_weights: dict[str, list[int]] | None = None
     device: list[int] | None = None
     order: list[list[int]] | None = None
     start: list[int] | None = None
@@ -139,6 +144,8 @@ class Result:
             "start": self.start,
             "provenance": _json_safe(self.provenance),
         }
+        if self.replicated_weights is not None:  # only for graphs with shared weights: other results read as before
+            data["replicated_weights"] = self.replicated_weights
         exact = {k: _exact_text(v) for k, v in (("objective", self.objective), ("lower_bound", self.lower_bound))}
         exact = {k: v for k, v in exact.items() if v is not None}
         if exact:
@@ -175,7 +182,7 @@ class Result:
             except (ValueError, ZeroDivisionError):
                 raise FormatError(f"{source}: exact {key} {text!r} is not a fraction") from None
         for key, kind in (("terms", dict), ("provenance", dict), ("timing", dict), ("stages", list), ("device", list),
-                          ("order", list), ("start", list)):
+                          ("order", list), ("start", list), ("replicated_weights", dict)):
             if kwargs.get(key) is not None and not isinstance(kwargs[key], kind):
                 raise FormatError(f"{source}: {key!r} must be {'an object' if kind is dict else 'a list'}, got {type(kwargs[key]).__name__}")
         try:

@@ -7,6 +7,12 @@ them freely. They are the published baselines: level-based splits, DeepSpeed's c
 dynamic program over contiguous runs, and for the throughput objective (`StageProblem.pipeline`)
 a PipeDream/Alpa-style search for the contiguous split of least slowest-stage time. torchtitan's
 default split (`even_layers`) needs a layer-level graph, so it is not in the portfolio.
+
+A contiguous run's parameters are not a sum over its nodes when the graph has shared weights
+(`CompGraph.shared_weights`: each costs its bytes once on every stage holding a reader). The
+splits below price a run [j, i) of an order as prefix sums of the nodes' own bytes plus each shared
+weight whose first reader at or after j comes before i (`_RunBytes`); a run's bytes still grow with
+the run, so the greedy fills and the DPs stay exact.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ def contiguous_params(problem: StageProblem, seed: int = 0) -> np.ndarray:
     g = problem.graph
     order = g.topological_order()
     load = np.repeat(g.param_bytes[order][:, None], problem.n_stages, axis=1)
-    return _positions_to_stages(order, _balanced_cuts(load))
+    return _positions_to_stages(order, _balanced_cuts(_RunBytes.of(problem, order, load)))
 
 
 def contiguous_compute(problem: StageProblem, seed: int = 0) -> np.ndarray:
@@ -70,7 +76,7 @@ def contiguous_compute(problem: StageProblem, seed: int = 0) -> np.ndarray:
     Stage speeds are honoured: the largest run time on its stage (in ticks) is minimised.
     """
     order = problem.graph.topological_order()
-    return _positions_to_stages(order, _balanced_cuts(problem.node_ticks[order]))
+    return _positions_to_stages(order, _balanced_cuts(_RunBytes(problem.node_ticks[order])))
 
 
 def pipedream_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
@@ -121,8 +127,8 @@ def best_split_of_order(
     objective) key, or ``(None, ())`` when no cut meets the caps.
     """
     g, K, w = problem.graph, problem.n_stages, problem.weights
-    mem = np.repeat(g.param_bytes[order][:, None], K, axis=1)
-    ticks = problem.node_ticks[order]
+    mem = _RunBytes.of(problem, order, np.repeat(g.param_bytes[order][:, None], K, axis=1))
+    ticks = _RunBytes(problem.node_ticks[order])
 
     def caps(load, weight, factors, extra=()):
         if weight <= 0:
@@ -324,37 +330,106 @@ def _prefix(load: np.ndarray) -> np.ndarray:
     return out
 
 
-def _greedy_cuts(prefix: np.ndarray, cap: int) -> np.ndarray | None:
+class _RunBytes:
+    """What a contiguous run [j, i) of an order puts on stage k: its nodes' ``load[:, k]`` summed,
+    plus once each shared weight with a reader in the run (the module notes).
+
+    ``load`` is (n, K) in the order's positions; ``shared`` lists (bytes, reader positions).
+    """
+
+    def __init__(self, load: np.ndarray, shared=()):
+        self.load = load
+        self.prefix = _prefix(load)
+        n = load.shape[0]
+        self.next_reader = []  # (bytes, nxt): nxt[j] the first reader position >= j (n if none)
+        for nbytes, positions in shared:
+            nxt = np.full(n + 1, n, dtype=np.int64)
+            nxt[positions] = positions
+            self.next_reader.append((int(nbytes), np.minimum.accumulate(nxt[::-1])[::-1]))
+
+    @classmethod
+    def of(cls, problem: StageProblem, order: np.ndarray, load: np.ndarray, factor: int = 1) -> "_RunBytes":
+        """Parameter-like bytes of runs of ``order``: ``load`` plus the graph's shared weights
+        (``factor`` times theirs: `StageProblem.param_factor` for training memory)."""
+        weights = problem.graph.shared_weights
+        if not weights:
+            return cls(load)
+        pos = np.empty(len(order), dtype=np.int64)
+        pos[order] = np.arange(len(order))
+        return cls(load, [(factor * w.nbytes, np.sort(pos[list(w.readers)])) for w in weights if w.nbytes])
+
+    def run(self, j, i, k: int):
+        """Bytes of run [j, i) on stage k (``j``, ``i`` ints or equal-shaped int arrays)."""
+        out = self.prefix[i, k] - self.prefix[j, k]
+        for nbytes, nxt in self.next_reader:
+            out = out + nbytes * (nxt[j] < i)
+        return out
+
+    def earliest_starts(self, cap: int, k: int) -> np.ndarray:
+        """For each end i in 0..n, the least j <= i with run [j, i) within ``cap`` on stage k."""
+        column = self.prefix[:, k]
+        if not self.next_reader:
+            return np.searchsorted(column, column - cap, side="left")
+        # A run's bytes fall as its start rises: binary search on every end at once.
+        ends = np.arange(len(column))
+        lo, hi = np.zeros_like(ends), ends.copy()
+        while np.any(lo < hi):
+            mid = (lo + hi) // 2
+            fits = self.run(mid, ends, k) <= cap
+            hi = np.where(fits, mid, hi)
+            lo = np.where(fits, lo, mid + 1)
+        return lo
+
+    def latest_end(self, start: int, cap: int, k: int) -> int:
+        """The largest i >= ``start`` with run [start, i) within ``cap`` on stage k."""
+        column = self.prefix[:, k]
+        if not self.next_reader:
+            return max(int(np.searchsorted(column, column[start] + cap, side="right")) - 1, start)
+        lo, hi = start, len(column) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.run(start, mid, k) <= cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def _greedy_cuts(runs: _RunBytes, cap: int) -> np.ndarray | None:
     """Fill stages in order, each as far as ``cap`` allows; None if K stages cannot hold everything.
 
     Taking the longest prefix for each stage leaves the shortest suffix, and whether a suffix fits
-    in the remaining stages is monotone in its length, so this decides feasibility exactly.
+    in the remaining stages is monotone in its length (a shorter run never holds more, shared
+    weights included), so this decides feasibility exactly.
     """
-    n, K = prefix.shape[0] - 1, prefix.shape[1]
+    n, K = runs.load.shape
     cuts = [0]
     for k in range(K):
         i = cuts[-1]
-        end = int(np.searchsorted(prefix[:, k], prefix[i, k] + cap, side="right")) - 1
-        cuts.append(max(end, i) if k < K - 1 else n)
-    ok = all(prefix[cuts[k + 1], k] - prefix[cuts[k], k] <= cap for k in range(K))
+        cuts.append(runs.latest_end(i, cap, k) if k < K - 1 else n)
+    ok = all(runs.run(cuts[k], cuts[k + 1], k) <= cap for k in range(K))
     return np.asarray(cuts, dtype=np.int64) if ok else None
 
 
-def _bottleneck(load: np.ndarray) -> int:
+def _bottleneck(runs: _RunBytes) -> int:
     """Least cap at which the order splits into K contiguous runs (binary search on integers)."""
-    prefix = _prefix(load)
-    lo, hi = int(load.max(initial=0)), int(prefix[-1].max())
+    n, K = runs.load.shape
+    if runs.next_reader:
+        lo = max((int(runs.run(np.arange(n), np.arange(1, n + 1), k).max(initial=0)) for k in range(K)), default=0)
+        hi = max((int(runs.run(0, n, k)) for k in range(K)), default=0)
+    else:
+        lo, hi = int(runs.load.max(initial=0)), int(runs.prefix[-1].max())
     while lo < hi:
         mid = (lo + hi) // 2
-        if _greedy_cuts(prefix, mid) is None:
+        if _greedy_cuts(runs, mid) is None:
             lo = mid + 1
         else:
             hi = mid
     return lo
 
 
-def _balanced_cuts(load: np.ndarray) -> np.ndarray:
-    return _greedy_cuts(_prefix(load), _bottleneck(load))
+def _balanced_cuts(runs: _RunBytes) -> np.ndarray:
+    return _greedy_cuts(runs, _bottleneck(runs))
 
 
 def _dp_cuts(problem: StageProblem, order, mem, ticks, mem_cap, time_cap) -> np.ndarray | None:
@@ -368,7 +443,6 @@ def _dp_cuts(problem: StageProblem, order, mem, ticks, mem_cap, time_cap) -> np.
     np.add.at(diff, pos[g.src] + 1, problem.edge_comm)
     np.add.at(diff, pos[g.dst] + 1, -problem.edge_comm)
     cross = np.cumsum(diff)[: n + 1].astype(np.float64)
-    pm, pt = _prefix(mem)[:, 0], _prefix(ticks)
     cap = problem.capacity_array()
     spill_cap = None if problem.spill_capacity is None or w.spill == 0 else np.asarray(problem.spill_capacity)
     idx = np.arange(n + 1)
@@ -378,15 +452,15 @@ def _dp_cuts(problem: StageProblem, order, mem, ticks, mem_cap, time_cap) -> np.
         j = np.zeros(n + 1, dtype=np.int64)
         limits = [c for c in (mem_cap, None if cap is None else int(cap[k])) if c is not None]
         for c in limits:
-            j = np.maximum(j, np.searchsorted(pm, pm - c, side="left"))
+            j = np.maximum(j, mem.earliest_starts(c, 0))
         if time_cap is not None:
-            j = np.maximum(j, np.searchsorted(pt[:, k], pt[:, k] - time_cap, side="left"))
+            j = np.maximum(j, ticks.earliest_starts(time_cap, k))
         return j
 
     inf = np.inf
     f = np.where(first_start(0) == 0, 0.0, inf)
     if spill_cap is not None:
-        f = f + w.spill * np.maximum(pm - spill_cap[0], 0)
+        f = f + w.spill * np.maximum(mem.run(np.zeros(n + 1, dtype=np.int64), idx, 0) - spill_cap[0], 0)
     back = np.zeros((K, n + 1), dtype=np.int64)
     for k in range(1, K):
         enter = f + w.comm_total * cross  # cost so far plus the cut opening stage k at position j
@@ -397,7 +471,7 @@ def _dp_cuts(problem: StageProblem, order, mem, ticks, mem_cap, time_cap) -> np.
         nf = np.full(n + 1, inf)
         for i in range(n + 1):
             js = idx[jmin[i] : i + 1]
-            cand = enter[js] + w.spill * np.maximum(pm[i] - pm[js] - spill_cap[k], 0)
+            cand = enter[js] + w.spill * np.maximum(mem.run(js, i, 0) - spill_cap[k], 0)
             a = int(np.argmin(cand))
             nf[i], back[k, i] = cand[a], js[a]
         f = nf
@@ -426,9 +500,9 @@ def _least_peak_cuts(problem: StageProblem, order: np.ndarray) -> np.ndarray | N
     K = problem.n_stages
     ticks = _prefix(problem.node_ticks[order])
     sends = _sends_at_cuts(problem, order)
-    mem = _prefix(problem.stage_memory_coef[order]) if problem.memory is not None else None
+    mem = _RunBytes.of(problem, order, problem.stage_memory_coef[order], problem.param_factor) if problem.memory is not None else None
     caps = [problem.effective_memory, problem.effective_capacity]
-    params = _prefix(np.repeat(problem.graph.param_bytes[order][:, None], K, axis=1)) if caps[1] is not None else None
+    params = _RunBytes.of(problem, order, np.repeat(problem.graph.param_bytes[order][:, None], K, axis=1)) if caps[1] is not None else None
     lo = 0
     hi = int(ticks[-1].max()) + int(sends.max(initial=0))
     if _pipeline_cuts(ticks, sends, mem, params, caps, hi) is None:
@@ -459,9 +533,9 @@ def _pipeline_cuts(ticks, sends, mem, params, caps, cap: int) -> np.ndarray | No
         time = ticks[:, k] - ticks[j, k] + (sends if k < K - 1 else 0)
         ok &= time <= cap
         if mem is not None:
-            ok &= mem[:, k] - mem[j, k] <= caps[0][k]
+            ok &= mem.run(j, idx, k) <= caps[0][k]
         if params is not None:
-            ok &= params[:, k] - params[j, k] <= caps[1][k]
+            ok &= params.run(j, idx, k) <= caps[1][k]
         starts[k] = j
         reach = ok
     if not reach[n]:

@@ -4,6 +4,8 @@ Contiguous splits (DeepSpeed, PipeDream) cut one topological order, so on branch
 leave stages unbalanced by whole nodes. Moving one node at a time to any stage its neighbours allow
 (incrementally re-costing only the K per-stage loads and K-1 boundaries it touches) closes most of
 that gap in milliseconds, which gives CP-SAT a far better hint and a smaller window to search.
+A move re-costs shared weights exactly: it takes a weight off the old stage when the node was its
+last reader there, and onto the new one when no reader was there yet.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
         return s
     w = problem.weights
     params = g.param_bytes.astype(np.int64)
+    shared = _SharedOnStages(g, s, K) if g.shared_weights else None
     ticks = problem.node_ticks
     units = problem.edge_comm
     net = (np.bincount(g.dst, weights=units, minlength=g.n_nodes) - np.bincount(g.src, weights=units, minlength=g.n_nodes)).astype(np.int64)
@@ -51,6 +54,8 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
 
     mem = np.zeros(K, dtype=np.int64)
     np.add.at(mem, s, params)
+    if shared is not None:
+        mem += shared.per_stage()
     comp = np.zeros(K, dtype=np.int64)
     np.add.at(comp, s, ticks[np.arange(g.n_nodes), s])
     diff = np.zeros(K + 1, dtype=np.int64)
@@ -70,7 +75,7 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
     comm = sum(u * d for u, d in zip(units.tolist(), (s[g.dst] - s[g.src]).tolist()))  # Python ints: no int64 wrap
     current = cost(mem, comp, boundary, comm)
     ptr_p, idx_p, ptr_s, idx_s = g.pred_ptr, g.pred_idx, g.succ_ptr, g.succ_idx
-    movable = np.flatnonzero((params > 0) | (net != 0) | (ticks.max(axis=1) > 0))
+    movable = np.flatnonzero((g.node_weight_bytes > 0) | (net != 0) | (ticks.max(axis=1) > 0))
     for _ in range(max_sweeps):
         moved = False
         for v in movable.tolist():
@@ -81,13 +86,17 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
             if lo == hi:
                 continue
             best = None
-            sq_a = (int(mem[a]) - int(params[v])) ** 2 - int(mem[a]) ** 2  # squares of 2**62 need Python ints
+            off = int(params[v]) + (shared.leaving(v, a) if shared else 0)  # what stage a sheds
+            sq_a = (int(mem[a]) - off) ** 2 - int(mem[a]) ** 2  # squares of 2**62 need Python ints
             for b in range(lo, hi + 1):
-                if b == a or (cap is not None and mem[b] + params[v] > cap[b]):
+                if b == a:
+                    continue
+                on = int(params[v]) + (shared.joining(v, b) if shared else 0)  # what stage b takes on
+                if cap is not None and mem[b] + on > cap[b]:
                     continue
                 new_mem = mem.copy()
-                new_mem[a] -= params[v]
-                new_mem[b] += params[v]
+                new_mem[a] -= off
+                new_mem[b] += on
                 new_comp = comp.copy()
                 new_comp[a] -= ticks[v, a]
                 new_comp[b] += ticks[v, b]
@@ -98,12 +107,14 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
                     new_boundary[b:a] -= net[v]
                 new_comm = comm + (b - a) * int(net[v])
                 c = cost(new_mem, new_comp, new_boundary, new_comm)
-                sq = sq_a + (int(mem[b]) + int(params[v])) ** 2 - int(mem[b]) ** 2
+                sq = sq_a + (int(mem[b]) + on) ** 2 - int(mem[b]) ** 2
                 key = (c, sq)
                 if (c < current or (c == current and sq < 0)) and (best is None or key < best[0]):
                     best = (key, b, new_mem, new_comp, new_boundary, new_comm)
             if best is not None:
                 (current, _), b, mem, comp, boundary, comm = best
+                if shared is not None:
+                    shared.move(v, a, b)
                 s[v] = b
                 moved = True
         if not moved:
@@ -113,6 +124,36 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
         candidates = [_balance_by_swaps(problem, s, net, width) for width in (1, 3)]
         s = min(candidates, key=lambda c: evaluate_stages(problem, c).objective)
     return s
+
+
+class _SharedOnStages:
+    """How many readers of each shared weight sit on each stage, kept up to date under moves."""
+
+    def __init__(self, g, s: np.ndarray, K: int):
+        self.nbytes = [w.nbytes for w in g.shared_weights]
+        self.reads: list[list[int]] = [[] for _ in range(g.n_nodes)]  # shared weights each node reads
+        self.count = np.zeros((len(self.nbytes), K), dtype=np.int64)
+        for i, w in enumerate(g.shared_weights):
+            for v in w.readers:
+                self.reads[v].append(i)
+                self.count[i, s[v]] += 1
+
+    def per_stage(self) -> np.ndarray:
+        """Bytes of the shared weights each stage holds."""
+        return (np.asarray(self.nbytes, dtype=np.int64)[:, None] * (self.count > 0)).sum(axis=0)
+
+    def leaving(self, v: int, a: int) -> int:
+        """Shared bytes stage a sheds when v leaves it (weights v was a's last reader of)."""
+        return sum(self.nbytes[i] for i in self.reads[v] if self.count[i, a] == 1)
+
+    def joining(self, v: int, b: int) -> int:
+        """Shared bytes stage b takes on when v joins it (weights no reader held there yet)."""
+        return sum(self.nbytes[i] for i in self.reads[v] if self.count[i, b] == 0)
+
+    def move(self, v: int, a: int, b: int) -> None:
+        for i in self.reads[v]:
+            self.count[i, a] -= 1
+            self.count[i, b] += 1
 
 
 def _ranges(g, s: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +168,7 @@ def _ranges(g, s: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
 def _balance_by_swaps(problem: StageProblem, s: np.ndarray, net: np.ndarray, width: int, max_rounds: int = 2000) -> np.ndarray:
     """Exchange a node of the heaviest stage for a lighter node of another stage.
 
-    Single moves shift whole nodes; exchanges shift the difference of two nodes' parameters, which
+    Single moves shift whole nodes; exchanges shift the difference of two nodes' parameters (of nodes reading no shared weight), which
     over hundreds of candidates covers almost any amount, so the peak can come down to within a
     few bytes of the average. Only for objectives of ``mem_peak`` and ``comm_total`` (the peer
     form), where both changes are exact from the two nodes alone. ``width`` is how many partners
@@ -139,10 +180,15 @@ def _balance_by_swaps(problem: StageProblem, s: np.ndarray, net: np.ndarray, wid
     units = problem.edge_comm
     mem = np.zeros(K, dtype=np.int64)
     np.add.at(mem, s, params)
+    if g.shared_weights:
+        mem += _SharedOnStages(g, s, K).per_stage()
+    # A reader of a shared weight moves more than its own bytes (or less): it is not exchanged.
+    private = g.node_weight_bytes == g.param_bytes
+
     def search(a: int, b: int, lo, hi, accept):
         """The best exchange of a node of stage a for a lighter node of stage b that ``accept`` allows."""
-        U = np.flatnonzero((s == a) & (params > 0) & (lo <= b) & (hi >= b))
-        V = np.flatnonzero((s == b) & (lo <= a) & (hi >= a))
+        U = np.flatnonzero((s == a) & (params > 0) & (lo <= b) & (hi >= b) & private)
+        V = np.flatnonzero((s == b) & (lo <= a) & (hi >= a) & private)
         if U.size == 0:
             return None
         order = np.argsort(params[V], kind="stable")
@@ -250,7 +296,7 @@ def loadless_nodes(problem: StageProblem) -> np.ndarray:
     net = np.bincount(g.dst, weights=units, minlength=g.n_nodes) - np.bincount(g.src, weights=units, minlength=g.n_nodes)
     out = np.ones(g.n_nodes, dtype=bool)
     if w.mem_peak > 0 or w.spill > 0 or problem.capacity is not None:
-        out &= g.param_bytes == 0
+        out &= g.node_weight_bytes == 0  # a reader decides which stages hold a shared weight
     if w.compute_peak > 0:
         out &= ~problem.node_ticks.any(axis=1)
     if w.comm_peak > 0:
@@ -261,7 +307,7 @@ def loadless_nodes(problem: StageProblem) -> np.ndarray:
         reads[g.dst[problem.readers & sends[g.src]]] = True  # a reader's stage decides how far a value travels
         out &= ~problem.node_ticks.any(axis=1) & ~sends & ~reads
     if problem.memory is not None:
-        out &= ~problem.stage_memory_coef.any(axis=1)
+        out &= ~problem.node_memory_coef.any(axis=1)
     return out
 
 

@@ -1,7 +1,7 @@
 """Exact reductions of the stage problem before CP-SAT: loadless nodes merged or placed by rule,
 interchangeable branches ordered.
 
-A *loadless* node has no parameters and no weighed compute time: its stage changes no stage's
+A *loadless* node has no parameters, reads no shared weight, and has no weighed compute time: its stage changes no stage's
 load, only the traffic of its edges. Given everything else, its cost is linear in its stage,
 ``net(v) * s_v`` with ``net(v)`` = communication in minus communication out, between its latest
 predecessor and its earliest successor. Hence three rules, each of which turns any assignment
@@ -14,15 +14,19 @@ all (`stage_reduction` states each):
 - *place*: a loadless group with ``net > 0`` sits on its latest predecessor's stage, with
   ``net < 0`` on its earliest successor's (a join such as an ``add`` goes to its last input).
 - *order*: branches with the same predecessors and successors, position by position the same
-  parameters, compute and edge traffic, can be swapped; their first stages are put in order.
+  parameters, shared weights read, compute and edge traffic, can be swapped; their first stages
+  are put in order.
 
 Why each move costs nothing extra, for every objective term and constraint the rules are built
 for (``mem_peak``, ``comm_total``, ``comm_peak``, ``compute_peak``, ``spill``, hard capacities):
-moving a loadless group changes no stage's parameters or compute; ``comm_total`` changes by
+moving a loadless group changes no stage's parameters or compute (it reads no shared weight,
+so no stage gains or loses one); ``comm_total`` changes by
 ``net * (new - old)`` <= 0; each boundary the group crosses changes its traffic by ``-net`` (moving
 down) or ``+net`` (moving up), never up, so ``comm_peak`` does not rise. Every move lowers the
 potential sum(net * stage) strictly, so the placing rules settle. Swapping interchangeable
-branches maps each stage's loads and each boundary's traffic onto equal ones. Problems of the
+branches maps each stage's loads and each boundary's traffic onto equal ones; a shared weight
+read at position i is read there by every branch of the class, so the set of stages holding a
+reader, and with it what each stage holds, is the same after the swap. Problems of the
 pipeline model (send times, activation memory) get no rules: there a stage's time depends on the
 edges it sends. Checked against brute force on small random graphs in ``tests/test_stage_reduce.py``.
 
@@ -134,7 +138,7 @@ def stage_reduction(problem: StageProblem, place: bool = True, symmetry: bool = 
     if problem.weights.stage_time_peak > 0 or problem.memory is not None:
         return _no_rules(n)
     ticks = problem.node_ticks
-    loadless = g.param_bytes == 0
+    loadless = g.node_weight_bytes == 0  # a reader of a shared weight decides where it is held
     if problem.weights.compute_peak > 0:
         loadless &= ~ticks.any(axis=1)
     preds: list[dict[int, int]] = [{} for _ in range(n)]
@@ -193,11 +197,16 @@ def _interchangeable_branches(problem, roots, root, preds, succs):
     """Classes of at least two branches (maximal chains of the contracted graph) that a swap maps
     onto each other: the same predecessors and successors with the same traffic, and position by
     position the same parameters and compute."""
-    params = np.zeros(problem.graph.n_nodes, dtype=object)
-    ticks = np.zeros((problem.graph.n_nodes, problem.n_stages), dtype=np.int64)
+    g = problem.graph
+    params = np.zeros(g.n_nodes, dtype=object)
+    ticks = np.zeros((g.n_nodes, problem.n_stages), dtype=np.int64)
     np.add.at(ticks, root, problem.node_ticks)
-    for v, p in enumerate(problem.graph.param_bytes.tolist()):
+    for v, p in enumerate(g.param_bytes.tolist()):
         params[root[v]] += p
+    reads: list[set[int]] = [set() for _ in range(g.n_nodes)]  # shared weights each group reads
+    for i, w in enumerate(g.shared_weights):
+        for v in w.readers:
+            reads[root[v]].add(i)
 
     def continues(v):  # v's only predecessor has v as its only successor
         return len(preds[v]) == 1 and len(succs[next(iter(preds[v]))]) == 1
@@ -213,7 +222,7 @@ def _interchangeable_branches(problem, roots, root, preds, succs):
                 break
             chain.append(w)
         key = (tuple(sorted(preds[chain[0]].items())), tuple(sorted(succs[chain[-1]].items())),
-               tuple((params[x], tuple(ticks[x].tolist())) for x in chain),
+               tuple((params[x], tuple(ticks[x].tolist()), tuple(sorted(reads[x]))) for x in chain),
                tuple(succs[a][b] for a, b in zip(chain, chain[1:])))
         by_signature.setdefault(key, []).append(tuple(chain))
     return tuple(tuple(c) for c in by_signature.values() if len(c) > 1)

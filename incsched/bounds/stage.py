@@ -12,6 +12,13 @@ turns these into a global lower bound on the objective, a memory cap, and the *p
 (per-node stage ranges) that every answer at least as good as an incumbent lies in, which the exact model then
 searches instead of the whole space.
 
+Shared weights (a stage holds each one its nodes read, once: `incsched.problems.stage`'s notes)
+enter every rule as lower bounds: a node alone needs its own and its shared weights
+(`CompGraph.node_weight_bytes`), all stages together hold every weight at least once
+(`CompGraph.total_param_bytes`), and the stages holding a node's ancestors (descendants) hold every
+shared weight one of them reads. Sums over further forced nodes add only their own bytes, which
+can only under-count, so every bound stays valid.
+
 Exact: Python ints and `fractions.Fraction` throughout; numpy only for sums of non-negative int64
 parameters (each at most the graph's total, <= 2**62 by `CompGraph`'s column limit). Every rule
 is checked against brute force on small random graphs in ``tests/test_stage_bounds.py``.
@@ -42,23 +49,24 @@ MAX_CLOSURE_NODES = 1500
 def stage_term_bounds(problem: StageProblem) -> dict[str, int]:
     """A lower bound on each objective term, in the problem's integer units.
 
-    ``mem_peak``: the heaviest node, and the average stage load rounded up. ``compute_peak``: the
+    ``mem_peak``: the heaviest node (with the shared weights it reads), and the average stage
+    load rounded up (every weight once, shared ones included). ``compute_peak``: the
     same two arguments on each node's fastest ticks. ``stage_time_peak`` (listed only when
     weighed, as the pipeline term): the same as ``compute_peak``, since sends only add to a stage's
-    time. ``spill``: parameters beyond the stages' total spill capacity. Communication terms are
+    time. ``spill``: parameters (every weight once) beyond the stages' total spill capacity. Communication terms are
     bounded by 0 (every node may share one stage).
     """
     K = problem.n_stages
-    params = problem.graph.param_bytes
+    need, total = problem.graph.node_weight_bytes, problem.graph.total_param_bytes
     ticks = problem.node_ticks.min(axis=1) if problem.graph.n_nodes else np.zeros(0, dtype=np.int64)
     out = {"mem_peak": 0, "comm_total": 0, "comm_peak": 0, "compute_peak": 0, "spill": 0}
     if problem.graph.n_nodes:
-        out["mem_peak"] = max(int(params.max()), -(-int(params.sum()) // K))
+        out["mem_peak"] = max(int(need.max()), -(-total // K))
         out["compute_peak"] = max(int(ticks.max()), -(-int(ticks.sum()) // K))
     if problem.weights.stage_time_peak > 0:
         out["stage_time_peak"] = out["compute_peak"]
     if problem.spill_capacity is not None:
-        out["spill"] = max(0, int(params.sum()) - int(sum(problem.spill_capacity)))
+        out["spill"] = max(0, total - int(sum(problem.spill_capacity)))
     return out
 
 
@@ -79,15 +87,31 @@ def stage_lower_bound(problem: StageProblem) -> int | Fraction:
 
 @dataclass(frozen=True)
 class Closure:
-    """Ancestor sets of a graph and the parameters they carry (each node counts as its own ancestor)."""
+    """Ancestor sets of a graph and the parameters they carry (each node counts as its own ancestor).
+
+    ``params`` are the nodes' own bytes; ``ancestor_params`` and ``descendant_params`` add, once,
+    every shared weight some node of the set reads; ``need`` is a node alone with its shared weights.
+    """
 
     ancestors: np.ndarray  # (n, n) bool: ancestors[v, u] = u is v or an ancestor of v
-    params: np.ndarray  # int64 parameter bytes per node
-    ancestor_params: np.ndarray  # int64: parameters of v and all its ancestors
-    descendant_params: np.ndarray  # int64: parameters of v and all its descendants
+    params: np.ndarray  # int64 own parameter bytes per node
+    ancestor_params: np.ndarray  # int64: parameters of v and all its ancestors (shared weights once)
+    descendant_params: np.ndarray  # int64: parameters of v and all its descendants (shared weights once)
     counting: np.ndarray  # ancestors as the numbers sums of parameters over them are taken in
     counting_t: np.ndarray  # its transpose, C-contiguous
     allowed: np.ndarray | None  # `StageProblem.allowed_stages` (None: the capacities leave a node no stage)
+    need: np.ndarray | None = None  # int64 `CompGraph.node_weight_bytes` (None: ``params``, no shared weights)
+    total: int | None = None  # `CompGraph.total_param_bytes` (None: the sum of ``params``)
+
+    @property
+    def node_need(self) -> np.ndarray:
+        """What each node alone puts on its stage: own bytes and the shared weights it reads."""
+        return self.params if self.need is None else self.need
+
+    @property
+    def total_params(self) -> int:
+        """Every weight once, shared ones included: the least the K stages hold together."""
+        return int(self.params.sum()) if self.total is None else self.total
 
     def weight_in(self, members: np.ndarray, descendants: bool = False) -> np.ndarray:
         """Parameters of the nodes ``members`` (indices) among each node's ancestors (or descendants).
@@ -125,7 +149,14 @@ def closure(problem: StageProblem) -> Closure | None:
             allowed = problem.allowed_stages()
         except InfeasibleProblem:
             allowed = None
-    return Closure(anc, p, anc @ p, anc.T @ p, counting, np.ascontiguousarray(counting.T), allowed)
+    ancestor_params, descendant_params = anc @ p, anc.T @ p
+    for w in g.shared_weights:
+        readers = list(w.readers)
+        ancestor_params += w.nbytes * anc[:, readers].any(axis=1)  # some ancestor of v reads w
+        descendant_params += w.nbytes * anc[readers, :].any(axis=0)  # some descendant of v reads w
+    shared = bool(g.shared_weights)
+    return Closure(anc, p, ancestor_params, descendant_params, counting, np.ascontiguousarray(counting.T), allowed,
+                   need=g.node_weight_bytes if shared else None, total=g.total_param_bytes if shared else None)
 
 
 def _prefix_caps(problem: StageProblem, cap: int) -> tuple[list[int], list[int]]:
@@ -156,7 +187,7 @@ def stage_ranges(problem: StageProblem, cap: int, cl: Closure, rounds: int = 8) 
     p = cl.params
     if cl.allowed is None:
         return None
-    allowed = cl.allowed & (p[:, None] <= cap)
+    allowed = cl.allowed & (cl.node_need[:, None] <= cap)
     if not allowed.any(axis=1).all():
         return None
     earliest = allowed.argmax(axis=1).astype(np.int64)
@@ -214,12 +245,11 @@ def peak_lower_bound(problem: StageProblem, cl: Closure, hi: int | None = None) 
     """The least cap M under which `stage_ranges` leaves every node a stage: ``mem_peak >= M``.
 
     Binary search over integers from max(heaviest node, ceil(total / K), the node-by-node rule)
-    up to ``hi`` (default all parameters): the ranges only widen as the cap grows, so feasibility
+    up to ``hi`` (default all parameters, shared weights once): the ranges only widen as the cap grows, so feasibility
     is monotone. Returns ``hi`` + 1 when even ``hi`` is refused (no answer has a peak at most ``hi``).
     """
-    p = cl.params
-    total = int(p.sum())
-    lo = max(int(p.max(initial=0)), -(-total // problem.n_stages))
+    total = cl.total_params
+    lo = max(int(cl.node_need.max(initial=0)), -(-total // problem.n_stages))
     hi = total if hi is None else hi
     if lo > hi:
         return lo
@@ -375,7 +405,7 @@ def proof_bound(problem: StageProblem, incumbent_objective, cl: Closure | None =
         return None
     w = problem.weights.exact()
     V = Fraction(incumbent_objective)
-    total = int(cl.params.sum())
+    total = cl.total_params  # no stage holds more: the cap starts there
     if peak is None:
         peak = peak_lower_bound(problem, cl) if w["mem_peak"] > 0 or problem.capacity is not None else 0
     cap = total

@@ -11,6 +11,10 @@ bytes can pass int64). The objective is ``sum(weight_t * term_t)`` with each wei
 exact decimal it denotes (`ObjectiveWeights.exact`): a Python int when whole, else a
 `fractions.Fraction`, never a float, so it catches whatever a solver rounds.
 
+Shared weights (`CompGraph.shared_weights`) are charged here from the readers' stages: a weight
+costs its bytes once on every stage that holds at least one of its readers (a Boolean table of
+weights by stages, filled from the assignment), on top of the nodes' own ``param_bytes``.
+
 The pipeline figures (``stage_time_peak``, per-stage sends and memory in flight) follow the model in
 `incsched.problems.stage`'s notes, recomputed here from the edges: each value's last reader's stage,
 and a difference array over the stages it is sent from. Training mode (``problem.training``) follows
@@ -42,7 +46,9 @@ class StageEvaluation:
 
     ``mem_peak`` and ``spill`` are bytes; ``comm_total`` and ``comm_peak`` bytes or edges (the
     problem's ``comm`` mode); ``compute_peak`` is in ticks of ``problem.time_unit`` and
-    ``compute_peak_s`` in seconds (unrounded). ``objective`` is the weighted sum of the integer
+    ``compute_peak_s`` in seconds (unrounded). ``stage_mem`` counts each shared weight once on
+    every stage holding one of its readers; ``replicated`` names the shared weights held on more
+    than one stage, with those stages. ``objective`` is the weighted sum of the integer
     terms: a Python int when whole, else a `fractions.Fraction` (see the module notes). When some
     stage is outside 0..K-1 the terms cannot be computed and are None.
 
@@ -78,6 +84,7 @@ class StageEvaluation:
     stage_memory: tuple[int, ...] | None = None  # (K,) parameters plus activations in flight
     step_time_s: float | None = None  # training: one step, (M + K - 1) slowest stages (interleaved: M + (K - 1) / v)
     pipelined: bool = False
+    replicated: dict[str, list[int]] | None = None  # shared weight -> the stages (>= 2) holding it
 
     @property
     def terms(self) -> dict[str, int | None]:
@@ -151,6 +158,13 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     # np.add.at keeps integer sums exact (a float bincount would round above 2**53 bytes).
     stage_mem = np.zeros(K, dtype=np.int64)
     np.add.at(stage_mem, s, g.param_bytes)
+    replicated = {}
+    for weight in g.shared_weights:
+        held = np.zeros(K, dtype=bool)
+        held[s[np.asarray(weight.readers, dtype=np.int64)]] = True
+        stage_mem[held] += weight.nbytes  # with the own bytes, at most the graph's 2**62: no wrap
+        if held.sum() > 1:
+            replicated[weight.name] = np.flatnonzero(held).tolist()
     if problem.capacity is not None:
         # The capacities as given, compared as Python ints: they may exceed int64.
         over = [k for k, (load, cap) in enumerate(zip(stage_mem.tolist(), problem.capacity)) if load > cap]
@@ -246,6 +260,7 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
             stage_time_s=stage_time_s,
             stage_memory=stage_memory,
             step_time_s=float(problem.step_slots() * slowest_s) if problem.training else None,
+            replicated=replicated,
             **values,
         ),
         problem.pipelined,

@@ -424,11 +424,8 @@ def _imbalance(p: StageProblem, stages) -> int:
 
 
 def _loads(p: StageProblem, stages) -> list[int]:
-    """Parameter bytes per stage, as exact Python ints."""
-    load = [0] * p.n_stages
-    for s, b in zip(np.asarray(stages).tolist(), p.graph.param_bytes.tolist()):
-        load[s] += int(b)
-    return load
+    """Parameter bytes per stage (shared weights once on each stage that reads them), exact Python ints."""
+    return p.graph.part_param_bytes(stages, p.n_stages)
 
 
 def rebalance(ctx: Context, stages, slack: int):
@@ -443,7 +440,7 @@ def rebalance(ctx: Context, stages, slack: int):
     """
     p: StageProblem = ctx.problem
     K = p.n_stages
-    total = sum(int(b) for b in p.graph.param_bytes.tolist())
+    total = p.graph.total_param_bytes
     roaming = loadless_nodes(p)
     target = -(-total // K) + slack
     s = np.asarray(stages, dtype=np.int64)

@@ -128,8 +128,11 @@ def node_features(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -
     cols: list[np.ndarray] = []
     if n == 0:
         return torch.zeros((0, N_NODE_FEATURES), dtype=torch.float32)
-    params = graph.param_bytes.astype(np.float64)
-    total_params = float(params.sum())
+    # A node's weights as it brings them to a stage alone: its own and every shared weight it reads
+    # (`CompGraph.node_weight_bytes`). A proxy where two readers share a stage (the weight is held
+    # once there); without shared weights it is ``param_bytes``, the features the policy was trained on.
+    params = graph.node_weight_bytes.astype(np.float64)
+    total_params = float(graph.total_param_bytes)
     seconds = np.asarray(graph.time(kind), dtype=np.float64)
     total_time = float(seconds.sum())
     depth_span = max(graph.depth - 1, 1)

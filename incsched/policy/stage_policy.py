@@ -121,10 +121,12 @@ def graph_tensors(problem: StageProblem) -> GraphTensors:
         edge_index=edge_index(g),
         edge_attr=edge_features(g),
         order=order,
-        params=g.param_bytes.astype(np.float64),
+        # Shared weights counted with each reader (`CompGraph.node_weight_bytes`), as in the features:
+        # a proxy for the decoder's running loads; the evaluator prices its answer exactly.
+        params=g.node_weight_bytes.astype(np.float64),
         units=(problem.graph.edge_bytes > 0).astype(np.float64),
         n_stages=problem.n_stages,
-        target=min(_contiguous_bottleneck(g.param_bytes[o], problem.n_stages) for o in (order, kahn)),
+        target=min(_contiguous_bottleneck(g.node_weight_bytes[o], problem.n_stages) for o in (order, kahn)),
     )
 
 

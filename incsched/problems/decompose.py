@@ -69,7 +69,10 @@ def subproblem(problem: PlacementProblem, nodes, *, instant: tuple[int, ...] = (
     """The placement problem on ``nodes`` alone (same devices, links and ticks; edges leaving it dropped).
 
     ``instant`` nodes get zero compute time (one tick): a segment's entry cut node, when only what
-    follows its end is to be bounded.
+    follows its end is to be bounded. Shared weights are not carried over: a weight whose readers
+    fall into two segments would be charged by each alone. That is exact only because nothing
+    reads a segment's memory (`decomposable` needs devices without memory limits, and the
+    placement bounds count no memory); a memory-aware use would have to keep the readers together.
     """
     g = problem.graph
     nodes = [int(v) for v in nodes]

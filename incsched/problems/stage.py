@@ -35,6 +35,15 @@ Exact numbers (the contract every back end and the evaluator keep):
   above the graph's total parameters constrains nothing, and `effective_capacity` clamps it there
   for solvers that need int64.
 
+Shared weights (`CompGraph.shared_weights`: a tied embedding read by the embedding and the output
+head). A stage's parameters are its nodes' own ``param_bytes`` plus, once, every shared weight that
+at least one of its nodes reads (`CompGraph.part_param_bytes`): a weight read on two stages costs its
+bytes on both, read twice on one stage once. This is the stage's parameter memory everywhere:
+``mem_peak``, ``spill``, ``capacity`` and the ``params_k`` of ``memory``. So a stage's parameters
+are not a sum over its nodes; what one node alone needs is `CompGraph.node_weight_bytes` (own plus
+every shared weight it reads), and all parameters once are `CompGraph.total_param_bytes`. A graph
+without shared weights reads exactly as before.
+
 The pipeline model (`StageProblem.pipeline`, the ``stage_time_peak`` term and the ``memory``
 capacity), the throughput objective of torchgpipe's ``balance_by_time`` and PipeDream's planner:
 
@@ -51,12 +60,15 @@ capacity), the throughput objective of torchgpipe's ``balance_by_time`` and Pipe
   ``in_flight(k) = min(K - k, micro_batches)`` micro-batches (stage 0 runs K forwards before its
   first backward). A stage's activations per micro-batch are its nodes' ``out_bytes``, so stage k
   holds ``params_k + in_flight(k) * activations_k`` bytes (`StageProblem.stage_memory_coef`),
-  which the hard ``memory`` capacity bounds. Exact Python ints; solvers clamp it like ``capacity``.
+  which the hard ``memory`` capacity bounds (``params_k`` with its shared weights once each, see
+  above; a weight is stored, not stashed per micro-batch). Exact Python ints; solvers clamp it like
+  ``capacity``.
 
 Training mode (``mode="training"``: `incsched.problems.training` holds its rules) keeps these
 accessors and changes what they hold: ``stage_memory_coef`` charges parameters times the
-optimizer's ``param_factor`` (gradients and optimizer state) and the activations the ``schedule``
-stashes for backward (``in_flight``), ``stage_input_coef`` the inputs kept under ``recompute``;
+optimizer's ``param_factor`` (gradients and optimizer state; a shared weight held on a stage is
+multiplied by the same factor) and the activations the ``schedule`` stashes for backward
+(``in_flight``), ``stage_input_coef`` the inputs kept under ``recompute``;
 ``node_ticks`` are forward plus backward; ``send_ticks`` carry each crossed value forward and its
 gradient back. The objective stays ``stage_time_peak``: a step is `step_slots` of it.
 """
@@ -505,11 +517,14 @@ class StageProblem:
     def stage_memory_coef(self) -> np.ndarray:
         """Bytes node v adds to stage k's memory, shape (n_nodes, K): ``param_bytes[v] + in_flight(k) * out_bytes[v]``.
 
+        Shared weights are not in it: stage k's memory is this column summed over its nodes plus
+        each shared weight read on k, once (the module notes); `node_memory_coef` is a node alone.
         int64 (checked: a sum that could pass 2**62 raises `ProblemError`), read-only.
         """
         g = self.graph
         f = self.in_flight()
-        worst = self.param_factor * int(g.param_bytes.sum()) + (max(f) + max(self.stage_input_coef)) * int(g.out_bytes.sum())
+        stash = int(training.stash_bytes(g).sum()) if self.training else int(g.out_bytes.sum())
+        worst = self.param_factor * g.total_param_bytes + (max(f) + max(self.stage_input_coef)) * max(stash, int(g.out_bytes.sum()))
         if worst > MAX_TOTAL_BYTES:
             raise ProblemError(
                 f"stage problem on graph {self.graph.name!r}: parameters plus {max(f)} micro-batches of activations "
@@ -519,6 +534,20 @@ class StageProblem:
             out = training.memory_coefficients(g, self.optimizer, f, self.recompute)
         else:
             out = g.param_bytes.astype(np.int64)[:, None] + np.asarray(f, dtype=np.int64)[None, :] * g.out_bytes.astype(np.int64)[:, None]
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def node_memory_coef(self) -> np.ndarray:
+        """Memory of node v alone on stage k: `stage_memory_coef` plus the shared weights v reads
+        (times `param_factor` in training: their gradients and optimizer state too).
+
+        The least stage k holds when v sits on it (int64, read-only); without shared weights it is
+        `stage_memory_coef`.
+        """
+        if not self.graph.shared_weights:
+            return self.stage_memory_coef
+        out = self.stage_memory_coef + self.param_factor * (self.graph.node_weight_bytes - self.graph.param_bytes)[:, None]
         out.setflags(write=False)
         return out
 
@@ -565,8 +594,13 @@ class StageProblem:
         if self.memory is None:
             return None
         acts = int(self.graph.out_bytes.sum())
-        most = [int(m) + c * acts for m, c in zip(self.stage_memory_coef.sum(axis=0).tolist(), self.stage_input_coef)]
+        most = [int(m) + c * acts + self.param_factor * self.shared_bytes for m, c in zip(self.stage_memory_coef.sum(axis=0).tolist(), self.stage_input_coef)]
         return tuple(min(int(c), most[k]) for k, c in enumerate(self.memory))
+
+    @property
+    def shared_bytes(self) -> int:
+        """Bytes of all shared weights, each once (0 without any): what sums over nodes leave out."""
+        return sum(w.nbytes for w in self.graph.shared_weights)
 
     # ------------------------------------------------------------------ integer data for solvers
 
@@ -609,12 +643,12 @@ class StageProblem:
     def effective_capacity(self) -> tuple[int, ...] | None:
         """The hard capacity with every value above the graph's total parameters clamped to it.
 
-        A stage can never hold more than all parameters, so the clamp changes no answer; it keeps
-        capacities such as 5e18 or 2**70 inside int64 (and CP-SAT's domains).
+        A stage can never hold more than all parameters (shared weights once each), so the clamp
+        changes no answer; it keeps capacities such as 5e18 or 2**70 inside int64 (and CP-SAT's domains).
         """
         if self.capacity is None:
             return None
-        total = int(self.graph.param_bytes.sum())  # <= 2**62 by CompGraph's column limit
+        total = self.graph.total_param_bytes  # <= 2**62 by CompGraph's limit
         return tuple(min(int(c), total) for c in self.capacity)
 
     def capacity_array(self) -> np.ndarray | None:
@@ -625,10 +659,10 @@ class StageProblem:
         """An upper bound on each objective term over all assignments, as Python ints.
 
         What the solvers check their integer ranges with: ``mem_peak`` and ``spill`` at most all
-        parameters, ``comm_total`` every edge across all K-1 boundaries, ``comm_peak`` every edge,
+        parameters (shared weights once: no stage holds one twice), ``comm_total`` every edge across all K-1 boundaries, ``comm_peak`` every edge,
         ``compute_peak`` every node at its slowest, ``stage_time_peak`` that plus every send.
         """
-        params = int(self.graph.param_bytes.sum())
+        params = self.graph.total_param_bytes
         comm = int(self.edge_comm.sum())
         ticks = int(self.node_ticks.max(axis=1).sum()) if self.graph.n_nodes and self.n_stages else 0
         return {
@@ -645,9 +679,10 @@ class StageProblem:
     def infeasibility(self) -> str | None:
         """Why no assignment can meet the hard capacity, or None if no such reason is visible.
 
-        Checks (in order): a node whose parameters exceed every stage's capacity; more parameters in
-        total than all stages hold; the same two for ``memory`` (parameters plus activations in
-        flight: a node alone on a stage, and everything at the least in-flight count, 1).
+        Checks (in order): a node whose parameters (its own and every shared weight it reads,
+        `CompGraph.node_weight_bytes`) exceed every stage's capacity; more parameters in total
+        (shared weights once) than all stages hold; the same two for ``memory`` (parameters plus
+        activations in flight: a node alone on a stage, and everything at the least in-flight count, 1).
         Passing these does not prove feasibility (bin packing with precedence remains); a solver
         may still answer ``infeasible``.
         """
@@ -656,16 +691,19 @@ class StageProblem:
             return reason
         # Python ints throughout: capacities may exceed int64, and their sum must not wrap.
         largest, room = max(self.capacity), sum(self.capacity)
-        p = self.graph.param_bytes
+        p = self.graph.node_weight_bytes
         biggest = int(np.argmax(p)) if p.size else -1
         if biggest >= 0 and int(p[biggest]) > largest:
+            shared = int(p[biggest]) - int(self.graph.param_bytes[biggest])
             return (
-                f"node {self.graph.names[biggest]!r} has {int(p[biggest])} parameter bytes, more than any stage's "
-                f"capacity (largest {largest} bytes)"
+                f"node {self.graph.names[biggest]!r} has {int(p[biggest])} parameter bytes"
+                + (f" ({shared} of them in shared weights it reads)" if shared else "")
+                + f", more than any stage's capacity (largest {largest} bytes)"
             )
-        if int(p.sum()) > room:
+        total = self.graph.total_param_bytes
+        if total > room:
             return (
-                f"the graph's {int(p.sum())} parameter bytes exceed the {self.n_stages} stages' total capacity "
+                f"the graph's {total} parameter bytes exceed the {self.n_stages} stages' total capacity "
                 f"of {room} bytes"
             )
         return None
@@ -675,16 +713,21 @@ class StageProblem:
             return None
         g = self.graph
         room = np.asarray([min(int(c), 2**62) for c in self.memory], dtype=np.int64)
-        fits = (self.stage_memory_coef <= room[None, :]).any(axis=1)
+        alone = self.node_memory_coef
+        fits = (alone <= room[None, :]).any(axis=1)
         if not fits.all():
             v = int(np.flatnonzero(~fits)[0])
             return (
-                f"node {g.names[v]!r} needs {int(self.stage_memory_coef[v].min())} bytes of memory on any stage "
-                f"({int(g.param_bytes[v])} parameter bytes{self._factor_note()} plus its activations of {int(g.out_bytes[v])} bytes times the "
+                f"node {g.names[v]!r} needs {int(alone[v].min())} bytes of memory on any stage "
+                f"({int(g.node_weight_bytes[v])} parameter bytes{self._factor_note()} plus its activations of {int(g.out_bytes[v])} bytes times the "
                 f"micro-batches in flight), more than any stage's memory (largest {max(self.memory)} bytes)"
             )
-        # Every stage keeps at least one micro-batch; in training each node at its cheapest stage.
-        least = int(self.stage_memory_coef.min(axis=1).sum()) if self.training else int(g.param_bytes.sum()) + int(g.out_bytes.sum())
+        # Every stage keeps at least one micro-batch and every shared weight is held somewhere;
+        # in training each node at its cheapest stage.
+        if self.training:
+            least = int(self.stage_memory_coef.min(axis=1).sum()) + self.param_factor * self.shared_bytes
+        else:
+            least = g.total_param_bytes + int(g.out_bytes.sum())
         if least > sum(self.memory):
             return (
                 f"the graph's parameters{self._factor_note()} plus one micro-batch of activations ({least} bytes) exceed the "
@@ -725,8 +768,8 @@ class StageProblem:
         """Which stages each node may take, shape (n_nodes, K), after every cheap deduction.
 
         Starts from the window (per-node inclusive stage range) and the hard capacities (a node never
-        sits on a stage too small for its own parameters, or for them plus its activations in
-        flight under ``memory``), then propagates precedence: a node's
+        sits on a stage too small for its parameters, shared weights it reads included, or for them
+        plus its activations in flight under ``memory``), then propagates precedence: a node's
         earliest stage is at least each predecessor's earliest, its latest at most each successor's
         latest. Solvers build their domains from this; the relaxation step may call it to check a
         window before solving.
@@ -757,9 +800,9 @@ class StageProblem:
                 raise ProblemError(f"a window needs (lo, hi) arrays of shape ({n},), got {lo.shape} and {hi.shape}")
             allowed &= (stage_ids[None, :] >= lo[:, None]) & (stage_ids[None, :] <= hi[:, None])
         if self.capacity is not None:
-            allowed &= g.param_bytes[:, None] <= self.capacity_array()[None, :]
+            allowed &= g.node_weight_bytes[:, None] <= self.capacity_array()[None, :]
         if self.memory is not None:
-            allowed &= self.stage_memory_coef <= np.asarray(self.effective_memory, dtype=np.int64)[None, :]
+            allowed &= self.node_memory_coef <= np.asarray(self.effective_memory, dtype=np.int64)[None, :]
         self._raise_if_empty(allowed, "its window and the stages' capacities leave it no stage")
         first = np.where(allowed.any(axis=1), allowed.argmax(axis=1), K).tolist()
         last = np.where(allowed.any(axis=1), K - 1 - allowed[:, ::-1].argmax(axis=1), -1).tolist()

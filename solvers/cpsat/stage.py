@@ -2,7 +2,11 @@
 
 One integer stage per node; one Boolean per node and allowed stage only for nodes whose stage
 changes a load (parameters, compute, or boundary traffic under ``comm_peak``); ``comm_total`` is
-linear in the stages. Windows from the relaxation step restrict the domains; a hint (a full stage
+linear in the stages. A shared weight (`CompGraph.shared_weights`) gets one Boolean per stage that
+some reader may take, ``held[w,k] == OR(x[v,k] for readers v)`` (both directions, so no slack
+reaches a solution's cost), whose bytes join stage k's parameters in every memory expression
+(``mem_peak``, ``spill``, ``capacity``, the ``memory`` of the pipeline model); a graph without
+shared weights gets the model it always had. Windows from the relaxation step restrict the domains; a hint (a full stage
 assignment, typically a pre-scheduler's incumbent) warm-starts the search.
 
 Exact numbers. The weights become integers by `ObjectiveWeights.scaled` (one exact decimal rule:
@@ -212,7 +216,8 @@ def check_model_range(problem: StageProblem, weights: dict[str, int] | None = No
     if problem.memory is not None:
         acts = int(problem.graph.out_bytes.sum())  # training with recompute: plus the values a stage receives
         sums["one stage's parameters and activations in flight"] = max(
-            (int(m) + c * acts for m, c in zip(problem.stage_memory_coef.sum(axis=0).tolist(), problem.stage_input_coef)), default=0)
+            (int(m) + c * acts for m, c in zip(problem.stage_memory_coef.sum(axis=0).tolist(), problem.stage_input_coef)), default=0
+        ) + problem.param_factor * problem.shared_bytes
     for what, size in sums.items():
         if size > CPSAT_LIMIT:
             raise ProblemError(
@@ -281,6 +286,8 @@ class _StageModel:
         # memory = parameters + activations in flight, bounded by ``memory``.
         self.use_stage_time = weights.get("stage_time_peak", 0) > 0
         self.use_memory = problem.memory is not None
+        weighed = self.use_mem or self.use_memory
+        self.shared = tuple(w for w in problem.graph.shared_weights if w.nbytes) if weighed else ()
         self.terms: dict[str, cp_model.IntVar] = {}
         # Each term as the expressions it is the max (or sum) of: what a solution really costs.
         self.term_parts: dict[str, tuple[str, list]] = {}
@@ -288,6 +295,7 @@ class _StageModel:
         self._stage_variables()
         self._precedence()
         self._stage_booleans()
+        self._shared_weights()
         if reduction is not None:
             self._reduction_rules()
         objective = []
@@ -342,7 +350,7 @@ class _StageModel:
         p, ticks = self.problem.graph.param_bytes, self.problem.node_ticks
         matters = np.zeros(len(p), dtype=bool)
         if self.use_mem:
-            matters |= p > 0
+            matters |= self.problem.graph.node_weight_bytes > 0
         if self.use_time:
             matters |= ticks.any(axis=1)
         if self.use_cut:
@@ -352,7 +360,7 @@ class _StageModel:
             data = self.problem.readers
             matters[self.problem.graph.dst[data & self._senders()[self.problem.graph.src]]] = True  # readers decide a send
         if self.use_memory:
-            matters |= self.problem.stage_memory_coef.any(axis=1)
+            matters |= self.problem.node_memory_coef.any(axis=1)
         if self.use_memory and any(self.problem.stage_input_coef):  # training with recompute: what a stage receives
             data, kept = self.problem.readers, self._kept_values()
             matters |= kept
@@ -372,6 +380,38 @@ class _StageModel:
             self.n_booleans += len(x)
         self.on_stage = [self.on_stage[r] for r in self.group.tolist()]
         self.fixed_stage = np.where(free, -1, self.allowed.argmax(axis=1))
+
+    def _shared_weights(self) -> None:
+        """held[w][k] <=> some reader of shared weight w sits on stage k (a constant where the domains decide)."""
+        self.held: list[dict[int, object]] = []
+        for i, w in enumerate(self.shared):
+            held = {}
+            for k in range(self.K):
+                lits = []
+                for v in w.readers:
+                    x = self.on_stage[v]
+                    if x is None:
+                        if self.fixed_stage[v] == k:
+                            lits = None  # a reader is fixed here: the weight is held on k
+                            break
+                    elif k in x:
+                        lits.append(x[k])
+                if lits is None:
+                    held[k] = 1
+                elif lits:
+                    lits = list({lit.Index(): lit for lit in lits}.values())  # merged readers share a literal
+                    y = self.model.NewBoolVar(f"held[{w.name},{k}]")
+                    for lit in lits:
+                        self.model.AddImplication(lit, y)
+                    self.model.AddBoolOr(lits).OnlyEnforceIf(y)
+                    held[k] = y
+            self.held.append(held)
+
+    def _with_shared(self, load, k: int, factor: int = 1):
+        """``load`` plus ``factor`` times the bytes of the shared weights held on stage k (``load``
+        itself without any)."""
+        parts = [factor * w.nbytes * held[k] for w, held in zip(self.shared, self.held) if k in held]
+        return load + sum(parts) if parts else load
 
     def _stage_sum(self, coef: np.ndarray, k: int):
         """Linear expression sum_v coef[v, k] [stage_v == k] (fixed nodes as constants)."""
@@ -401,11 +441,12 @@ class _StageModel:
         self.model.AddMaxEquality(target, parts)
 
     def _memory(self) -> list:
-        p = self.problem.graph.param_bytes
+        g = self.problem.graph
+        p = g.param_bytes
         K, w = self.K, self.weights
         coef = np.repeat(p[:, None], K, axis=1)
-        loads = [self._stage_sum(coef, k) for k in range(K)]
-        total = int(p.sum())
+        loads = [self._with_shared(self._stage_sum(coef, k), k) for k in range(K)]
+        total = g.total_param_bytes  # every stage's load is at most this (shared weights once)
         out = []
         cap = self.problem.effective_capacity  # clamped to the total: int64-safe, same answers
         if cap is not None:
@@ -415,7 +456,7 @@ class _StageModel:
         if w["mem_peak"] > 0:
             # Stages are ordered, so there is no symmetry to break; the average is a valid floor.
             # Integer ceiling: total / K in float64 can round up past the true floor above 2**53.
-            floor = max(-(-total // K), int(p.max(initial=0)))
+            floor = max(-(-total // K), int(g.node_weight_bytes.max(initial=0)))
             peak = self.model.NewIntVar(floor, max(total, floor), "mem_peak")
             # Equalities, not >=: a solution cut off by the time limit must not carry a slack
             # peak, or its reported objective would exceed what its stages actually cost.
@@ -478,14 +519,15 @@ class _StageModel:
         a smaller ``cross``.
         """
         coef, extra = self.problem.stage_memory_coef, self.problem.stage_input_coef
+        factor = self.problem.param_factor  # a shared weight's gradient and optimizer state, in training
         out = self.problem.graph.out_bytes
-        most = coef.sum(axis=0)
+        most = coef.sum(axis=0) + factor * self.problem.shared_bytes
         kept = np.flatnonzero(self._kept_values()).tolist() if any(extra) else []
         for k, cap in enumerate(self.problem.effective_memory):
             if cap >= int(most[k]) + extra[k] * int(out.sum()):  # at least everything constrains nothing
                 continue
             received = sum(int(out[u]) * self._crossing(u, k - 1) for u in kept) if extra[k] else 0
-            self.model.Add(self._stage_sum(coef, k) + extra[k] * received <= cap)
+            self.model.Add(self._with_shared(self._stage_sum(coef, k) + extra[k] * received, k, factor) <= cap)
 
     def _kept_values(self) -> np.ndarray:
         """Nodes whose value has bytes and a reader: those a stage under recompute may receive and keep."""
@@ -617,6 +659,12 @@ class _StageModel:
                     self.model.AddHint(lit, int(k == s))
         mem = np.zeros(K, dtype=np.int64)
         np.add.at(mem, stages, g.param_bytes)
+        for w, held in zip(self.shared, self.held):
+            on = set(stages[list(w.readers)].tolist())
+            mem[list(on)] += w.nbytes
+            for k, y in held.items():
+                if not isinstance(y, int):
+                    self.model.AddHint(y, int(k in on))
         ticks = np.zeros(K, dtype=np.int64)
         np.add.at(ticks, stages, self.problem.node_ticks[np.arange(g.n_nodes), stages])
         comm = self.problem.edge_comm
@@ -640,7 +688,7 @@ class _StageModel:
             per_stage["stage_time"] = stage_time.tolist()
             values["stage_time_peak"] = int(stage_time.max())
         if self.problem.spill_capacity is not None:
-            total = int(g.param_bytes.sum())
+            total = g.total_param_bytes
             over = mem - np.asarray([min(int(c), total) for c in self.problem.spill_capacity], dtype=np.int64)
             values["spill"] = int(np.maximum(over, 0).sum())
             for k, var in enumerate(getattr(self, "spill_parts", [])):

@@ -2,7 +2,8 @@
 
 Same problem, same window and hint arguments, same `SolverOutput` as `incsched.solvers.cpsat.stage`, but an
 independent formulation (one binary per node and allowed stage, stages as their weighted sum,
-peaks as epigraph variables) solved by CBC, or HiGHS where ``highspy`` is installed. Tests compare
+peaks as epigraph variables, a shared weight as one variable per stage at least each of its
+readers' binaries there, whose bytes join that stage's parameters) solved by CBC, or HiGHS where ``highspy`` is installed. Tests compare
 the two back ends' optima on small instances.
 
 Exact numbers. MILP solvers compute in float64 with tolerances, so this back end (1) uses the
@@ -89,11 +90,11 @@ def solve_stage_milp(
         If ``backend`` is unknown or not installed here.
     ProblemError
         If the objective's range or a linear sum passes `MILP_LIMIT` (2**53), or the problem weighs
-        ``stage_time_peak`` or sets ``memory`` (the pipeline model is CP-SAT's only).
+        ``stage_time_peak`` (its sends are CP-SAT's only; the ``memory`` capacity is modelled).
     """
-    if problem.weights.stage_time_peak > 0 or problem.memory is not None:
+    if problem.weights.stage_time_peak > 0:
         # Its sends need a Boolean per value and stage; CP-SAT has them and is the back end that certifies.
-        raise ProblemError("the MILP back end does not model the pipeline's stage_time_peak term or memory capacity; solve it with CP-SAT")
+        raise ProblemError("the MILP back end does not model the pipeline's stage_time_peak term; solve it with CP-SAT")
     start = time.perf_counter()
     name = f"milp-{backend}"
     info: dict = {"time_unit": problem.time_unit}
@@ -165,6 +166,8 @@ def _check_range(problem: StageProblem, ints: dict[str, int]) -> None:
     ub = problem.term_upper_bounds()
     worst = sum(c * ub[t] for t, c in ints.items() if c)
     longest = max(ub["mem_peak"], ub["compute_peak"] if ints["compute_peak"] else 0, 2 * ub["comm_peak"])
+    if problem.memory is not None:
+        longest = max(longest, int(problem.stage_memory_coef.sum(axis=0).max(initial=0)) + problem.shared_bytes)
     for what, size in (("the objective's range", worst), ("a linear sum", longest)):
         if size > MILP_LIMIT:
             raise ProblemError(
@@ -182,6 +185,9 @@ def _exact_cost(problem: StageProblem, stages: np.ndarray, ints: dict[str, int])
     for v, (p, k) in enumerate(zip(g.param_bytes.tolist(), s)):
         load[k] += p
         ticks[k] += int(node_ticks[v, k])
+    for w in g.shared_weights:
+        for k in {s[v] for v in w.readers}:
+            load[k] += w.nbytes
     cross = [0] * (K + 1)
     comm_total = 0
     for u, v, c in zip(g.src.tolist(), g.dst.tolist(), problem.edge_comm.tolist()):
@@ -207,7 +213,7 @@ def _exact_cost(problem: StageProblem, stages: np.ndarray, ints: dict[str, int])
 def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
     """The MILP: binaries on[v, k], s_v = sum k on[v, k], epigraph variables for the peaks."""
     g, K = problem.graph, problem.n_stages
-    total = int(g.param_bytes.sum())
+    total = g.total_param_bytes
     prob = pulp.LpProblem("stage", pulp.LpMinimize)
     on = {
         (v, k): _variable(prob, f"on_{v}_{k}", cat="Binary")
@@ -228,6 +234,25 @@ def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
 
     p = g.param_bytes
     mem = [stage_load(k, p) for k in range(K)]
+    # held_w_k >= on[v, k] for each reader v: minimisation (or a capacity's room) keeps it at the
+    # readers' OR; the exact cost below is recomputed from the assignment whatever it is.
+    shared = [pulp.lpSum([]) for _ in range(K)]
+    for i, weight in enumerate(g.shared_weights):
+        for k in range(K):
+            readers = [on[v, k] for v in weight.readers if (v, k) in on]
+            if weight.nbytes and readers:
+                held = _variable(prob, f"held_{i}_{k}", lowBound=0, upBound=1)
+                for j, x in enumerate(readers):
+                    prob += held >= x, f"held_{i}_{k}_{j}"
+                shared[k] += weight.nbytes * held
+    if g.shared_weights:
+        mem = [mem[k] + shared[k] for k in range(K)]
+    if problem.memory is not None:
+        coef = problem.stage_memory_coef
+        most = coef.sum(axis=0) + problem.shared_bytes
+        for k, cap in enumerate(problem.effective_memory):
+            if cap < int(most[k]):
+                prob += stage_load(k, coef[:, k]) + shared[k] <= cap, f"memory_{k}"
     objective = []
     if problem.capacity is not None:
         for k in range(K):
