@@ -100,6 +100,8 @@ def training_problems(draw, max_nodes: int = 6, max_stages: int = 3):
         out_bytes=out, edge_bytes=[out[u] * draw(st.sampled_from([0, 1, 1])) for u, _ in edges],
         compute_time={"cpu": draw(st.lists(st.sampled_from([0.0, 1e-3, 3e-3]), min_size=n, max_size=n))},
         backward_time=draw(st.sampled_from([None, {"cpu": [1e-3 * (i % 3) for i in range(n)]}])),
+        saved_bytes=draw(st.sampled_from([None, [3 * (i % 4) for i in range(n)]])),
+        shared_weights=[{"name": "tied", "bytes": draw(st.sampled_from([1, 7])), "read_by": [0, n - 1]}] if n > 1 and draw(st.booleans()) else None,
         name="random",
     )
     K = draw(st.integers(1, max_stages))
@@ -127,12 +129,19 @@ def reference(p: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]
     fwd = g.time("cpu")
     bwd = g.backward_time["cpu"] if "cpu" in g.backward_time else 2 * fwd
     ticks, memory = [0] * K, [0] * K
+    stash = g.saved_bytes if g.saved_bytes is not None else g.out_bytes  # saved for backward where measured
     for x in range(g.n_nodes):
         k = stages[x]
         ticks[k] += round((float(fwd[x]) + float(bwd[x])) / p.time_unit)
         source = not any(g.dst[e] == x for e in range(g.n_edges))
-        per_act = kept[k] if not p.recompute or source else 1
-        memory[k] += factor * int(g.param_bytes[x]) + per_act * int(g.out_bytes[x])
+        if p.recompute:  # a model input kept per micro-batch in flight; the rest rebuilt, one micro-batch
+            acts = kept[k] * int(g.out_bytes[x]) if source else int(stash[x])
+        else:
+            acts = kept[k] * int(stash[x])
+        memory[k] += factor * int(g.param_bytes[x]) + acts
+    for w in g.shared_weights:  # held once, with its gradient and optimizer state, on each stage reading it
+        for k in {stages[r] for r in w.readers}:
+            memory[k] += factor * w.nbytes
     for u in range(g.n_nodes):
         readers = [stages[g.dst[e]] for e in range(g.n_edges) if g.src[e] == u and g.edge_bytes[e] > 0]
         for k in range(K):
