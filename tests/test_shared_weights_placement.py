@@ -191,3 +191,23 @@ def test_a_segment_keeps_what_each_node_needs():
     sub = subproblem(p, [1, 2, 3])
     assert sub.graph.node_weight_bytes.tolist() == g.node_weight_bytes[[1, 2, 3]].tolist()
     assert [w.name for w in sub.graph.shared_weights] == ["u"]
+
+
+@pytest.mark.parametrize("method", ["inc-ilp", "ilp-hinted"])
+def test_solve_agrees_with_brute_force_under_tight_memory(method):
+    rng = random.Random(5)
+    solved = replicated = 0
+    for _ in range(6):
+        g = _graph(rng, rng.randint(3, 5), 2)
+        p = _tight_problem(rng, g, 3)
+        truth = _brute_force(p)
+        r = incsched.solve(p, method, time_limit=10)
+        if truth is None:
+            assert r.status == "infeasible" and r.objective is None
+            continue
+        solved += 1
+        assert r.status == "optimal" and r.terms["makespan"] == truth, (r.status, r.terms, truth)
+        assert all(m <= d.memory for m, d in zip(r.terms["memory"], p.devices))
+        assert r.terms["memory"] == g.part_param_bytes(r.device, 3)
+        replicated += bool(r.terms["replicated_weights"])
+    assert solved >= 3 and replicated >= 1, (solved, replicated)
