@@ -97,6 +97,10 @@ def build_pipeline(model: Any, example_args: Sequence[Any], graph: CompGraph, re
         held.append(_keep_only_what_is_read(pipe.get_stage_module(k), names_of))
     _place_unread(model, [pipe.get_stage_module(k) for k in range(K)], held)
     pipe.tied_groups = _tied_groups(model, names_of, held)
+    built = [stage_state_bytes(pipe.get_stage_module(k)) for k in range(K)]
+    predicted = graph.part_param_bytes(stages, K)
+    if built != predicted:  # a graph captured from another model, or weights torch.export renamed
+        log.warning("pipeline of %r holds %s parameter bytes per stage, %s predicted", graph.name, built, predicted)
     log.info("pipeline of %r: %d stages, %d tied group(s), %d held on several stages", graph.name, K,
              len(pipe.tied_groups), sum(g.replicated for g in pipe.tied_groups))
     return pipe
@@ -106,16 +110,21 @@ def stage_state_bytes(module: Any) -> int:
     """Bytes of the distinct parameter and buffer storages of ``module`` (a tensor reached under
     several names counts once): numel times element size, the largest view per storage."""
     seen: dict[tuple[str, int], int] = {}
-    for _, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+    for _, t in _state(module):
         key = (str(t.device), t.untyped_storage().data_ptr())
         seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
     return sum(seen.values())
 
 
+def _state(module: Any) -> list[tuple[str, Any]]:
+    """Every (FQN, tensor) of ``module``'s parameters then buffers, every name of a tied one."""
+    return [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+
+
 def _names_by_tensor(model: Any) -> dict[int, tuple[str, ...]]:
     """Every FQN of every parameter and buffer of the unsplit model, grouped by tensor."""
     out: dict[int, list[str]] = {}
-    for fqn, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+    for fqn, t in _state(model):
         out.setdefault(id(t), []).append(fqn)
     return {key: tuple(sorted(fqns)) for key, fqns in out.items()}
 
@@ -128,7 +137,7 @@ def _fqns_read(module: Any) -> set[str]:
     out: set[str] = set()
 
     def everything(scope: str, mod: Any) -> None:
-        for name, _ in [*mod.named_parameters(remove_duplicate=False), *mod.named_buffers(remove_duplicate=False)]:
+        for name, _ in _state(mod):
             out.add(f"{scope}.{name}" if scope else name)
 
     def walk(scope: str, mod: Any) -> None:
@@ -168,7 +177,7 @@ def _keep_only_what_is_read(stage: Any, names_of: dict[int, tuple[str, ...]]) ->
     by_fqn = {fqn: key for key, fqns in names_of.items() for fqn in fqns}
     held: dict[int, list[str]] = {}
     stray = []
-    for fqn, _ in [*stage.named_parameters(remove_duplicate=False), *stage.named_buffers(remove_duplicate=False)]:
+    for fqn, _ in _state(stage):
         if fqn not in read:
             stray.append(fqn)
         elif fqn in by_fqn:
@@ -202,7 +211,7 @@ def _place_unread(model: Any, modules: list[Any], held: list[dict[int, list[str]
 
     read = [(fqn, k) for k, h in enumerate(held) for fqns in h.values() for fqn in fqns]
     stage_of = {key: None for h in held for key in h}  # None: read there, nothing to place
-    for fqn, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+    for fqn, t in _state(model):
         if id(t) in stage_of and stage_of[id(t)] is None:
             continue
         k = stage_of.get(id(t))  # a second name of a tensor placed already goes where the first went
@@ -238,7 +247,7 @@ def _assign(root: Any, fqn: str, t: Any, *, parameter: bool) -> None:
 
 
 def _tied_groups(model: Any, names_of: dict[int, tuple[str, ...]], held: list[dict[int, list[str]]]) -> tuple[TiedGroup, ...]:
-    tensors = {id(t): t for _, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]}
+    tensors = {id(t): t for _, t in _state(model)}
     groups = []
     for key, fqns in names_of.items():
         if len(fqns) < 2:
