@@ -85,6 +85,8 @@ def certify(ctx: Context, kind: str, method: str) -> Result:
         objective = int(sched.makespan)
         terms = {"makespan": objective, "makespan_s": float(sched.makespan_seconds),
                  "busy_s": [float(b) * p.time_unit for b in sched.busy], "memory": [int(m) for m in sched.memory]}
+        if p.graph.shared_weights:  # which devices hold their own copy of a tied weight
+            terms["replicated_weights"] = p.graph.replicated_weights(sched.device)
         answer = {"device": [int(d) for d in sched.device], "order": [list(map(int, seq)) for seq in sched.order],
                   "start": [int(s) for s in sched.start]}
     lower_bound = ctx.lower_bound

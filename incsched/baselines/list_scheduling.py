@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import math
 
 import numpy as np
 
-from ..problems import Placement, PlacementInfeasibleError, PlacementProblem
+from ..problems import DeviceMemory, Placement, PlacementInfeasibleError, PlacementProblem
 
 __all__ = ["mean_costs", "upward_rank", "list_schedule", "critical_path_list", "heft"]
 
@@ -76,9 +75,7 @@ def list_schedule(
     dur = problem.durations()
     ticks = problem.transfer_ticks()
     ok = problem.allowed_devices() if allowed is None else (np.asarray(allowed, dtype=bool) & problem.allowed_devices())
-    # Python ints (inf: no limit): bytes near 2**59 must not round, or a node would fit that does not
-    mem_left = [math.inf if d.memory is None else int(d.memory) for d in problem.devices]
-    params = g.param_bytes.tolist()
+    memory = DeviceMemory(problem)
     pred_ptr, pred_idx, pred_edge = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
     succ_ptr, succ_idx = g.succ_ptr.tolist(), g.succ_idx.tolist()
     prio = np.asarray(priority, dtype=np.float64).tolist()
@@ -97,7 +94,7 @@ def list_schedule(
         _, v = heapq.heappop(heap)
         best = None  # (finish, start, device)
         for d in range(D):
-            if not ok[v, d] or params[v] > mem_left[d]:
+            if not ok[v, d] or not memory.fits(v, d):
                 continue
             ready = 0
             for k in range(pred_ptr[v], pred_ptr[v + 1]):
@@ -111,7 +108,7 @@ def list_schedule(
                 best = cand
         if best is None:
             raise PlacementInfeasibleError(
-                f"{method}: node {g.names[v]!r} ({params[v]} parameter bytes) fits on no allowed device "
+                f"{method}: node {g.names[v]!r} ({int(g.node_weight_bytes[v])} parameter bytes) fits on no allowed device "
                 f"with the memory left after earlier nodes",
                 node=g.names[v],
             )
@@ -121,7 +118,7 @@ def list_schedule(
         starts[d].insert(pos, t)
         ends[d].insert(pos, fin)
         tail[d] = max(tail[d], fin)
-        mem_left[d] -= params[v]
+        memory.take(v, d)
         for k in range(succ_ptr[v], succ_ptr[v + 1]):
             w = succ_idx[k]
             waiting[w] -= 1

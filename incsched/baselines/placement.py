@@ -9,13 +9,11 @@ of them in `PLACEMENT_BASELINES`.
 
 from __future__ import annotations
 
-import math
-
 from collections.abc import Callable
 
 import numpy as np
 
-from ..problems import Placement, PlacementInfeasibleError, PlacementProblem
+from ..problems import DeviceMemory, Placement, PlacementInfeasibleError, PlacementProblem
 from .list_scheduling import critical_path_list, heft, list_schedule, mean_costs
 from .placement_local import local_search
 
@@ -41,22 +39,20 @@ def round_robin(problem: PlacementProblem, seed: int = 0) -> Placement:
     """
     g = problem.graph
     D = problem.n_devices
-    # Python ints (inf: no limit): bytes near 2**59 must not round, or a node would fit that does not
-    mem_left = [math.inf if d.memory is None else int(d.memory) for d in problem.devices]
-    params = g.param_bytes.tolist()
+    memory = DeviceMemory(problem)
     device = np.zeros(problem.n_nodes, dtype=np.int64)
     nxt = 0
     for v in g.topological_order().tolist():
         for k in range(D):
             d = (nxt + k) % D
-            if params[v] <= mem_left[d]:
+            if memory.fits(v, d):
                 break
         else:
             raise PlacementInfeasibleError(
                 f"round_robin: node {g.names[v]!r} fits on no device with the memory left", node=g.names[v]
             )
         device[v] = d
-        mem_left[d] -= params[v]
+        memory.take(v, d)
         nxt = (d + 1) % D
     return _topological_placement(problem, device, "round_robin")
 

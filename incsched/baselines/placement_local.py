@@ -161,7 +161,6 @@ def local_search(problem: PlacementProblem, seed: int = 0, *, evaluations: int =
     dec = _Decoder(problem)
     g = problem.graph
     allowed = problem.allowed_devices()
-    params = g.param_bytes.tolist()
     cap = [None if d.memory is None else int(d.memory) for d in problem.devices]
     nbrs = [sorted(set(g.predecessors(v).tolist()) | set(g.successors(v).tolist())) for v in range(n)]
 
@@ -170,8 +169,10 @@ def local_search(problem: PlacementProblem, seed: int = 0, *, evaluations: int =
             return False
         if cap[d] is None:
             return True
-        used = sum(params[v] for v in range(n) if dev[v] == d and v not in moved)
-        return used + sum(params[v] for v in moved) <= cap[d]
+        trial = list(dev)
+        for v in moved:
+            trial[v] = d
+        return g.part_param_bytes(trial, D)[d] <= cap[d]  # a shared weight once on d
 
     def score(res):
         makespan, _, end, _ = res

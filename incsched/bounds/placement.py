@@ -490,9 +490,9 @@ def _combinatorial_bound(problem: PlacementProblem, energetic: bool | None = Non
 def placement_lower_bound(problem: PlacementProblem, should_stop=None) -> int:
     """The strongest combinatorial lower bound on the makespan, in ticks (never below `lower_bound_ticks`).
 
-    Valid for every placement problem (any speeds, device kinds, per-pair links, memory limits:
-    they enter through each node's fastest duration and each edge's cheapest transfer between
-    two distinct devices, which only relaxes the problem). Pure Python and numpy, no solver.
+    Valid for every placement problem (any speeds, device kinds, per-pair links, memory limits and
+    shared weights: they enter through each node's fastest duration and each edge's cheapest
+    transfer between two distinct devices, which only relaxes the problem). Pure Python and numpy, no solver.
 
     Examples
     --------

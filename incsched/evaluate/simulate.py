@@ -44,7 +44,7 @@ class Schedule:
     busy : int array [D]
         Ticks each device spent computing.
     memory : int array [D]
-        Parameter bytes resident on each device.
+        Parameter bytes resident on each device (a shared weight once on each device holding a reader).
     memory_violations : tuple of (device name, bytes used, capacity)
         Devices whose parameters exceed their memory.
     time_unit : float
@@ -318,10 +318,11 @@ def _schedule(problem: PlacementProblem, device, start, end, mode) -> Schedule:
         order.append(tuple(int(v) for v in nodes[np.lexsort((nodes, start[nodes]))]))
     dur = end - start
     # Exact integer sums: np.bincount's weights go through float64, which loses the last byte
-    # above 2**53 (a placement 1 byte over its device's memory passed as fitting).
-    busy, memory = np.zeros(D, np.int64), np.zeros(D, np.int64)
+    # above 2**53 (a placement 1 byte over its device's memory passed as fitting). A shared weight
+    # costs its bytes once on every device holding one of its readers (`part_param_bytes`).
+    busy = np.zeros(D, np.int64)
     np.add.at(busy, device, dur.astype(np.int64))
-    np.add.at(memory, device, problem.graph.param_bytes)
+    memory = np.asarray(problem.graph.part_param_bytes(device, D), dtype=np.int64)
     violations = tuple(
         (dv.name, int(memory[d]), int(dv.memory))
         for d, dv in enumerate(problem.devices)

@@ -31,10 +31,12 @@ from .split_points import (
     tied_layer_groups,
     torchtitan_chunks,
 )
+from .pipeline_build import TiedGroup, build_pipeline, stage_state_bytes
 from .stages import PipelineStages, pipeline_stages
 
 __all__ = [
     "FORMATS",
+    "TiedGroup", "build_pipeline", "stage_state_bytes",  # pipeline_build: the pipe as predicted
     "ExportError",
     "ExportMeta",
     "PipelineStages",

@@ -141,7 +141,8 @@ class StageRuns:
     modules : list of list of str
         Per stage, the module paths of its module nodes, in call order.
     param_bytes : list of int
-        Per stage, the parameter bytes it holds.
+        Per stage, the parameter bytes it holds (`CompGraph.part_param_bytes`: a shared weight on
+        every stage that reads it).
     starts : list of int
         Per stage, the index (call order) of its first node.
     meta : ExportMeta
@@ -256,7 +257,7 @@ def stage_runs(
         )
     nodes = [[nm for v, nm in enumerate(graph.names) if stage[v] == k] for k in range(K)]
     per_stage_modules = [[modules[nm] for nm in run] for run in nodes]
-    param_bytes = [int(graph.param_bytes[np.asarray(stage) == k].sum()) for k in range(K)]
+    param_bytes = graph.part_param_bytes(stage, K)  # a shared weight on every stage that reads it
     starts = [int(np.cumsum(counts)[k - 1]) if k else 0 for k in range(K)]
     return StageRuns(graph, nodes, per_stage_modules, param_bytes, starts, meta)
 
@@ -469,6 +470,7 @@ def torchtitan_chunks(
         stages_of_rank = [[r, K - 1 - r] for r in range(ranks)]
     else:
         raise ExportError(f"unknown schedule style {style!r} (expected 'loop' or 'v')")
+    rank_of = {k: r for r, chunk in enumerate(stages_of_rank) for k in chunk}
     containers = runs.meta.containers
     nested = any(
         len(parts) > 2 or (len(parts) == 2 and parts[0] not in containers)
@@ -480,7 +482,8 @@ def torchtitan_chunks(
         "pipeline_parallel_degree": ranks,
         "stages_per_rank": K // ranks,
         "stages_of_rank": stages_of_rank,
-        "param_bytes_per_rank": [sum(runs.param_bytes[k] for k in chunk) for chunk in stages_of_rank],
+        # a shared weight once per rank, however many of its chunks read it
+        "param_bytes_per_rank": graph.part_param_bytes([rank_of[k] for k, run in enumerate(runs.nodes) for _ in run], ranks),
     }
 
 
@@ -498,12 +501,12 @@ def stage_table(graph: CompGraph, stages: Result | Sequence[int], *, n_stages: i
     meta = export_meta(graph)
     stage = stage_list(graph, stages, source)
     K = _stage_count(stage, n_stages, source)
-    arr = np.asarray(stage, dtype=np.int64)
     modules = meta.modules
+    held = graph.part_param_bytes(stage, K)  # a shared weight on every stage that reads it
     rows = []
     for k in range(K):
         names = [nm for v, nm in enumerate(graph.names) if stage[v] == k]
-        row: dict[str, Any] = {"stage": k, "nodes": names, "param_bytes": int(graph.param_bytes[arr == k].sum())}
+        row: dict[str, Any] = {"stage": k, "nodes": names, "param_bytes": held[k]}
         if modules is not None:
             row["modules"] = [modules[nm] for nm in names if nm in modules]
         rows.append(row)

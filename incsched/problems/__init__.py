@@ -9,7 +9,7 @@ problems choose), `errors` (what their constructors raise).
 from .answers import Placement, PlacementWindow
 from .devices import Device, Links
 from ..errors import InfeasibleProblem, PlacementError, PlacementInfeasibleError, ProblemError
-from .placement import PlacementProblem
+from .placement import DeviceMemory, PlacementProblem
 from .stage import ObjectiveWeights, StageProblem
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "ProblemError",
     "InfeasibleProblem",
     "PlacementProblem",
+    "DeviceMemory",
     "Device",
     "Links",
     "Placement",

@@ -12,7 +12,7 @@ import bisect
 
 import numpy as np
 
-from ..graph import CompGraph
+from ..graph import CompGraph, SharedWeight
 from . import Placement, PlacementProblem  # the package: the problem types keep their names there
 
 __all__ = ["cut_nodes", "segments", "subproblem", "decomposable", "compose"]
@@ -68,6 +68,9 @@ def segments(problem: PlacementProblem) -> list[list[int]]:
 def subproblem(problem: PlacementProblem, nodes, *, instant: tuple[int, ...] = ()) -> PlacementProblem:
     """The placement problem on ``nodes`` alone (same devices, links and ticks; edges leaving it dropped).
 
+    Shared weights keep their readers among ``nodes``, so each node needs on its device what it
+    needed in the whole problem.
+
     ``instant`` nodes get zero compute time (one tick): a segment's entry cut node, when only what
     follows its end is to be bounded. Shared weights are not carried over: a weight whose readers
     fall into two segments would be charged by each alone. That is exact only because nothing
@@ -84,11 +87,21 @@ def subproblem(problem: PlacementProblem, nodes, *, instant: tuple[int, ...] = (
         t = np.asarray(g.time(kind), dtype=np.float64)[nodes].copy()
         t[[idx[v] for v in instant]] = 0.0
         times[kind] = t
+    # A shared weight keeps the readers inside; read by one of them only, it is that node's own.
+    param_bytes = g.param_bytes[nodes].copy()
+    shared = []
+    for w in g.shared_weights:
+        readers = [idx[v] for v in w.readers if v in idx]
+        if len(readers) == 1:
+            param_bytes[readers[0]] += w.nbytes
+        elif readers:
+            shared.append(SharedWeight(w.name, w.nbytes, tuple(sorted(readers))))
     sg = CompGraph(
         [g.names[v] for v in nodes],
         [idx[int(g.src[k])] for k in ks],
         [idx[int(g.dst[k])] for k in ks],
-        param_bytes=g.param_bytes[nodes],
+        param_bytes=param_bytes,
+        shared_weights=shared,
         out_bytes=g.out_bytes[nodes],
         edge_bytes=g.edge_bytes[ks],
         compute_time=times,

@@ -37,7 +37,7 @@ from .devices import Device, Links, identical_device_groups
 from .documents import check_document
 from .units import auto_time_unit, finest_time_unit
 
-__all__ = ["PlacementProblem", "FORMAT", "VERSION", "MAX_HORIZON_TICKS", "MAX_DEVICES"]
+__all__ = ["PlacementProblem", "DeviceMemory", "FORMAT", "VERSION", "MAX_HORIZON_TICKS", "MAX_DEVICES"]
 
 FORMAT = "incsched.placement_problem"
 VERSION = 1
@@ -79,7 +79,8 @@ class PlacementProblem:
     PlacementError
         No devices, duplicate device names, links of the wrong shape, a non-positive time unit.
     PlacementInfeasibleError
-        A node's ``param_bytes`` exceed every device's memory (the message names the node).
+        A node's weights (its ``param_bytes`` and the shared weights it reads) exceed every
+        device's memory (the message names the node).
     LimitError
         The transfer table (edges x devices x devices ticks) would pass the
         ``max_transfer_table_bytes`` input limit.
@@ -187,15 +188,18 @@ class PlacementProblem:
         if all(c is None for c in caps):
             return
         largest = math.inf if any(c is None for c in caps) else max(caps)
-        # Compared as Python ints (memories may exceed int64; floats round above 2**53).
-        too_big = [v for v, p in enumerate(self.graph.param_bytes.tolist()) if p > largest]
-        too_big = np.asarray(too_big, dtype=np.int64)
-        if too_big.size:
-            v = int(too_big[0])
+        # A node needs its own weights and every shared weight it reads on its device. Compared as
+        # Python ints (memories may exceed int64; floats round above 2**53).
+        need = self.graph.node_weight_bytes.tolist()
+        too_big = [v for v, p in enumerate(need) if p > largest]
+        if too_big:
+            v = too_big[0]
             nm = self.graph.names[v]
+            shared = need[v] - int(self.graph.param_bytes[v])
+            what = f"{need[v]} parameter bytes" + (f" ({shared} of them in shared weights it reads)" if shared else "")
             raise PlacementInfeasibleError(
-                f"placement problem {self.name!r} is infeasible: node {nm!r} has {int(self.graph.param_bytes[v])} "
-                f"parameter bytes, more than any device holds (largest memory {int(largest)} bytes)",
+                f"placement problem {self.name!r} is infeasible: node {nm!r} needs {what}, more than any device "
+                f"holds (largest memory {int(largest)} bytes)",
                 node=nm,
             )
 
@@ -275,20 +279,23 @@ class PlacementProblem:
 
     def signature(self) -> bytes:
         """What the problem is up to node names: durations, edges, transfer ticks, parameter bytes
-        and device memories. Repeated blocks of a graph give equal signatures, so their
-        subproblems are solved (and bounded) once."""
+        (shared weights included) and device memories. Repeated blocks of a graph give equal
+        signatures, so their subproblems are solved (and bounded) once."""
         g = self.graph
         parts = (self.durations(), g.src, g.dst, self.transfer_ticks(), g.param_bytes)
         shapes = [a.shape for a in parts] + [d.memory for d in self.devices]
+        if g.shared_weights:
+            shapes.append([(w.nbytes, w.readers) for w in g.shared_weights])
         return b"|".join(np.ascontiguousarray(a).tobytes() for a in parts) + repr(shapes).encode()
 
     def allowed_devices(self) -> np.ndarray:
-        """Boolean [n, D]: which devices can hold each node's parameters on their own."""
+        """Boolean [n, D]: which devices can hold each node's parameters (shared weights it reads included) on their own."""
         # int64, not float64: 2**53 + 1 bytes must not fit a device of 2**53. Memories beyond the
         # graph's total (<= 2**62) are clamped there, which changes no comparison.
-        cap = int(self.graph.param_bytes.sum())
+        # A node's need counts the shared weights it reads: they must sit on its device too.
+        cap = self.graph.total_param_bytes
         mem = np.array([cap if d.memory is None else min(d.memory, cap) for d in self.devices], dtype=np.int64)
-        return self.graph.param_bytes[:, None] <= mem[None, :]
+        return self.graph.node_weight_bytes[:, None] <= mem[None, :]
 
     @cached_property
     def identical_devices(self) -> tuple[tuple[int, ...], ...]:
@@ -395,6 +402,46 @@ class PlacementProblem:
             f"PlacementProblem({self.name!r}, nodes={self.n_nodes}, devices={self.n_devices}, "
             f"time_unit={self.time_unit:g}s)"
         )
+
+
+class DeviceMemory:
+    """Parameter bytes left on each device while a heuristic places nodes one at a time.
+
+    Placing node v on device d costs its ``param_bytes`` plus each shared weight it reads that no
+    node placed on d so far reads: a tied weight is charged once per device that holds a reader,
+    as `CompGraph.part_param_bytes` counts it. Python ints throughout (``math.inf``: no limit),
+    so bytes near 2**62 never round.
+
+    >>> g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[1, 2],
+    ...               shared_weights=[{"name": "w", "bytes": 8, "read_by": ["a", "b"]}])
+    >>> mem = DeviceMemory(PlacementProblem.identical(g, 2, memory=11, time_unit=1.0))
+    >>> mem.take(0, 0); mem.cost(1, 0), mem.cost(1, 1), mem.fits(1, 0), mem.left
+    (2, 10, True, [2, 11])
+    """
+
+    def __init__(self, problem: PlacementProblem):
+        g = problem.graph
+        self.left: list[int | float] = [math.inf if d.memory is None else int(d.memory) for d in problem.devices]
+        self._own = g.param_bytes.tolist()
+        self._reads: list[list[tuple[int, int]]] = [[] for _ in range(g.n_nodes)]
+        for i, w in enumerate(g.shared_weights):
+            for r in w.readers:
+                self._reads[r].append((i, w.nbytes))
+        self._held: list[set[int]] = [set() for _ in problem.devices]
+
+    def cost(self, v: int, d: int) -> int:
+        """Bytes that placing node ``v`` on device ``d`` adds there now."""
+        held = self._held[d]
+        return self._own[v] + sum(b for i, b in self._reads[v] if i not in held)
+
+    def fits(self, v: int, d: int) -> bool:
+        """Whether node ``v`` fits on device ``d`` beside what is placed there."""
+        return self.cost(v, d) <= self.left[d]
+
+    def take(self, v: int, d: int) -> None:
+        """Place node ``v`` on device ``d``: its bytes (and the shared weights it brings) are used there."""
+        self.left[d] -= self.cost(v, d)
+        self._held[d].update(i for i, _ in self._reads[v])
 
 
 def _to_ticks(seconds: np.ndarray, time_unit: float, in_place: bool = False) -> np.ndarray:

@@ -1,9 +1,10 @@
 """CP-SAT model of the placement problem: device, start and per-device order of every node, minimising makespan.
 
 One optional interval per (node, allowed device) with an exactly-one choice, a NoOverlap per device,
-and precedence that pays the link's transfer only when producer and consumer sit apart. Static
-lower bounds, a heuristic horizon and symmetry breaking over identical devices keep the domains
-small and let proofs close. The caller hands in what needs the rest of the library (the hint and
+parameter memory per device (a shared weight counted once where any of its readers sits), and
+precedence that pays the link's transfer only when producer and consumer sit apart. Static lower
+bounds, a heuristic horizon and symmetry breaking over identical devices keep the domains small
+and let proofs close. The caller hands in what needs the rest of the library (the hint and
 a heuristic schedule, both as executed by `incsched.evaluate.simulate`); the answer is CP-SAT's own
 solution, judged elsewhere (`incsched.inc_ilp.placement.solve_cpsat` runs both ends).
 """
@@ -18,6 +19,7 @@ from typing import Protocol
 import numpy as np
 from ortools.sat.python import cp_model
 
+from incsched.graph import SharedWeight
 from incsched.problems import Placement, PlacementProblem, PlacementWindow
 
 from .. import SolverOutput, SolverSettings
@@ -309,6 +311,7 @@ class _PlacementModel:
             self.end.append(e)
             self.x.append(xs)
         self.same: dict[int, cp_model.IntVar] = {}
+        self.holds: list[tuple[SharedWeight, int, cp_model.IntVar]] = []
 
     def add_devices(self) -> None:
         """One node at a time per device, and parameter memory within capacity."""
@@ -319,8 +322,26 @@ class _PlacementModel:
             if cap is not None:
                 params = self.problem.graph.param_bytes
                 terms = [(int(params[v]), xs[d]) for v, xs in enumerate(self.x) if d in xs and params[v] > 0]
-                if sum(c for c, _ in terms) > cap:
+                shared = []  # (weight, its readers' "on d"), for each shared weight a reader may bring to d
+                for w in self.problem.graph.shared_weights:
+                    readers = [self.x[v][d] for v in w.readers if d in self.x[v]]
+                    if readers and w.nbytes:
+                        shared.append((w, readers))
+                if sum(c for c, _ in terms) + sum(w.nbytes for w, _ in shared) > cap:
+                    terms += [(w.nbytes, self._holds(w, d, readers)) for w, readers in shared]
                     self.model.Add(sum(c * lit for c, lit in terms) <= cap)
+
+    def _holds(self, w, d: int, readers) -> cp_model.IntVar:
+        """The literal "device d holds shared weight w": at least each reader's "on d".
+
+        The weight then counts once on d as soon as one reader is there; nothing forces the literal
+        up otherwise, and the memory constraint only pushes it down.
+        """
+        held = self.model.NewBoolVar(f"holds[{w.name},{self.problem.devices[d].name}]")
+        for lit in readers:
+            self.model.AddImplication(lit, held)
+        self.holds.append((w, d, held))
+        return held
 
     def add_precedence(self) -> None:
         """Consumer starts after producer ends, plus the transfer when they sit on different devices."""
@@ -400,6 +421,8 @@ class _PlacementModel:
         g = self.problem.graph
         for k, lit in self.same.items():
             model.AddHint(lit, int(sched.device[g.src[k]]) == int(sched.device[g.dst[k]]))
+        for w, d, lit in self.holds:
+            model.AddHint(lit, any(int(sched.device[v]) == d for v in w.readers))
         if getattr(self, "used", None):
             pos = np.empty(self.problem.n_nodes, dtype=np.int64)
             pos[g.topological_order()] = np.arange(self.problem.n_nodes)
