@@ -5,7 +5,8 @@ called with its labels so that the loss (glue after the last layer, which joins 
 last stage's time and memory,
 with measured forward times, solve the training-throughput problem (`StageProblem.pipeline`,
 ``mode="training"``, 1F1B, Adam in fp32) with inc-ilp, build the pipeline from the result with
-``torch.distributed.pipelining.pipeline()`` and the exported ``split_spec``, and run real training
+`incsched.export.build_pipeline` (``torch.distributed.pipelining.pipeline()`` with each stage
+holding exactly the weights it reads), and run real training
 steps on K forked gloo CPU ranks (`incsched.execute.training_step.train_step`). One row per stage:
 
 - parameter bytes: predicted (`CompGraph.part_param_bytes`, tied weights once per stage that reads
@@ -20,6 +21,7 @@ predicted and measured, on the same ranks.
 
     .venv/bin/python benchmarks/fidelity.py                      # tiny GPT-2 (tied) and ResNet-18
     .venv/bin/python benchmarks/fidelity.py --models gpt2-small --stages 4 --steps 2
+    .venv/bin/python benchmarks/fidelity.py --zoo --stages 4    # parameter bytes, every zoo model
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ sys.path.insert(0, str(REPO))
 from incsched.capture import capture, zoo  # noqa: E402
 from incsched.evaluate.stage import evaluate_stages  # noqa: E402
 from incsched.execute.training_step import train_step  # noqa: E402
-from incsched.export import split_spec  # noqa: E402
+from incsched.export.pipeline_build import build_pipeline, stage_state_bytes  # noqa: E402
 from incsched.front_door import solve  # noqa: E402
 from incsched.problems.stage import StageProblem  # noqa: E402
 
@@ -104,20 +106,9 @@ def even_layers(n_nodes: int, K: int) -> list[int]:
 
 
 def _stage_modules(build, mb_args, graph, stages):
-    from torch.distributed.pipelining import SplitPoint, pipeline
-
     torch.manual_seed(0)
-    model = build()
-    spec = {m: getattr(SplitPoint, w.name) for m, w in split_spec(graph, stages).items()}
-    pipe = pipeline(model, mb_args, split_spec=spec)
-    return [pipe.get_stage_module(k) for k in range(len(spec) + 1)]
-
-
-def _held_bytes(module: nn.Module) -> int:
-    seen = {}
-    for t in [*module.parameters(), *module.buffers()]:
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(seen.values())
+    pipe = build_pipeline(build(), mb_args, graph, stages)
+    return [pipe.get_stage_module(k) for k in range(pipe.num_stages)]
 
 
 def run_model(name: str, K: int, M: int, mb_size: int, time_limit: float, steps: int) -> list[dict]:
@@ -138,11 +129,30 @@ def run_model(name: str, K: int, M: int, mb_size: int, time_limit: float, steps:
         for k in range(K):
             rows.append({
                 "model": name, "split": split, "stage": k,
-                "param_pred": params[k], "param_built": _held_bytes(modules[k]),
+                "param_pred": params[k], "param_built": stage_state_bytes(modules[k]),
                 "mem_pred": predicted.stage_memory[k], "mem_meas": measured.stages[k].peak_bytes,
                 "step_pred": predicted.step_time_s, "step_meas": measured.median_step_seconds,
                 "status": result.status if split == "inc-ilp" else "-",
             })
+    return rows
+
+
+def zoo_parameter_bytes(names, K: int, time_limit: float) -> list[dict]:
+    """For zoo models at layer granularity: each stage's parameter bytes as predicted and as built,
+    for the inference optimum (peer objective) and the training-throughput optimum."""
+    rows = []
+    for name in names:
+        model, args = zoo.build(name, batch_size=1, seq_len=32, image_size=None if name in ("vit_b_16", "inception_v3") else 64)
+        graph = capture(model, args, granularity="layer", name=name).graph
+        for mode, problem in (("inference", StageProblem.peer(graph, K, alpha=1)),
+                              ("training", StageProblem.pipeline(graph, K, micro_batches=4, mode="training"))):
+            stages = np.asarray(solve(problem, time_limit=time_limit).stages)
+            torch.manual_seed(0)
+            fresh, _ = zoo.build(name, batch_size=1, seq_len=32, image_size=None if name in ("vit_b_16", "inception_v3") else 64)
+            pipe = build_pipeline(fresh, args, graph, stages)
+            built = [stage_state_bytes(pipe.get_stage_module(k)) for k in range(pipe.num_stages)]
+            rows.append({"model": name, "mode": mode, "predicted": graph.part_param_bytes(stages, K), "built": built,
+                         "tied": len(graph.shared_weights)})
     return rows
 
 
@@ -154,12 +164,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batch-size", type=int, default=4)
     ap.add_argument("--time-limit", type=float, default=20.0)
     ap.add_argument("--steps", type=int, default=3, help="timed training steps per split")
+    ap.add_argument("--zoo", nargs="*", metavar="MODEL", help="instead: per-stage parameter bytes predicted against built, "
+                    "for these zoo models (none named: all) under the inference and the training optimum")
     args = ap.parse_args(argv)
     zoo.ensure_torchvision_importable()
     torch.set_num_threads(1)
     print(f"# {' '.join(['python', 'benchmarks/fidelity.py', *(argv if argv is not None else sys.argv[1:])])}")
     print(f"# {platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, torch {torch.__version__}, "
           f"K={args.stages}, M={args.micro_batches}, micro-batch {args.micro_batch_size}, 1F1B, adam-fp32, gloo CPU ranks")
+    if args.zoo is not None:
+        print("| model | mode | tied weights | parameter bytes per stage, predicted | built | equal |")
+        print("|---|---|---|---|---|---|")
+        for r in zoo_parameter_bytes(args.zoo or list(zoo.MODELS), args.stages, args.time_limit):
+            print(f"| {r['model']} | {r['mode']} | {r['tied']} | {r['predicted']} | {r['built']} | {r['predicted'] == r['built']} |")
+        return 0
     print("| model | split | stage | params predicted | params built | memory predicted (MiB) | peak measured (MiB) | ratio | step predicted (s) | step measured (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     started = time.perf_counter()

@@ -118,12 +118,16 @@ class _ProfilingInterpreter(torch.fx.Interpreter):
         """
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         leaves: list[torch.Tensor] = []
+        if not hasattr(self, "_buffers"):  # batch-norm statistics are inputs no gradient flows to
+            self._buffers = {b.untyped_storage().data_ptr() for b in self.module.buffers()}
+
+        in_place = bool(mutated_args(n, self.module))
 
         def leaf(a: Any) -> Any:
-            if isinstance(a, torch.Tensor) and a.is_floating_point():
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.untyped_storage().data_ptr() not in self._buffers:
                 x = a.detach().clone().requires_grad_(True)
                 leaves.append(x)
-                return x
+                return x.clone() if in_place else x  # an in-place op (relu_) may not write a leaf
             return a
 
         call_args = torch.utils._pytree.tree_map(leaf, args)
