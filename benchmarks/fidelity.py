@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from incsched.capture import capture, zoo  # noqa: E402
 from incsched.evaluate.stage import evaluate_stages  # noqa: E402
 from incsched.execute.training_step import train_step  # noqa: E402
+from incsched.errors import ExportError  # noqa: E402
 from incsched.export.pipeline_build import build_pipeline, stage_state_bytes  # noqa: E402
 from incsched.front_door import solve  # noqa: E402
 from incsched.problems.stage import StageProblem  # noqa: E402
@@ -132,6 +132,7 @@ def run_model(name: str, K: int, M: int, mb_size: int, time_limit: float, steps:
                 "param_pred": params[k], "param_built": stage_state_bytes(modules[k]),
                 "mem_pred": predicted.stage_memory[k], "mem_meas": measured.stages[k].peak_bytes,
                 "step_pred": predicted.step_time_s, "step_meas": measured.median_step_seconds,
+                "step_min": min(measured.step_seconds), "step_max": max(measured.step_seconds),
                 "status": result.status if split == "inc-ilp" else "-",
             })
     return rows
@@ -149,8 +150,11 @@ def zoo_parameter_bytes(names, K: int, time_limit: float) -> list[dict]:
             stages = np.asarray(solve(problem, time_limit=time_limit).stages)
             torch.manual_seed(0)
             fresh, _ = zoo.build(name, batch_size=1, seq_len=32, image_size=None if name in ("vit_b_16", "inception_v3") else 64)
-            pipe = build_pipeline(fresh, args, graph, stages)
-            built = [stage_state_bytes(pipe.get_stage_module(k)) for k in range(pipe.num_stages)]
+            try:
+                pipe = build_pipeline(fresh, args, graph, stages)
+                built = [stage_state_bytes(pipe.get_stage_module(k)) for k in range(pipe.num_stages)]
+            except ExportError as err:  # an optimum with an empty stage maps onto fewer stages
+                built = f"not built: {err}"
             rows.append({"model": name, "mode": mode, "predicted": graph.part_param_bytes(stages, K), "built": built,
                          "tied": len(graph.shared_weights)})
     return rows
@@ -166,29 +170,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="timed training steps per split")
     ap.add_argument("--zoo", nargs="*", metavar="MODEL", help="instead: per-stage parameter bytes predicted against built, "
                     "for these zoo models (none named: all) under the inference and the training optimum")
+    ap.add_argument("--page", help="also write the table to this Markdown file (a results page)")
     args = ap.parse_args(argv)
+    lines: list[str] = []
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    try:
+        _run(args, argv, out)
+    finally:
+        if args.page and lines:
+            Path(args.page).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return 0
+
+
+def _run(args, argv, out) -> None:
     zoo.ensure_torchvision_importable()
     torch.set_num_threads(1)
-    print(f"# {' '.join(['python', 'benchmarks/fidelity.py', *(argv if argv is not None else sys.argv[1:])])}")
-    print(f"# {platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, torch {torch.__version__}, "
+    out(f"# {' '.join(['python', 'benchmarks/fidelity.py', *(argv if argv is not None else sys.argv[1:])])}")
+    out(f"# {platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, torch {torch.__version__}, "
           f"K={args.stages}, M={args.micro_batches}, micro-batch {args.micro_batch_size}, 1F1B, adam-fp32, gloo CPU ranks")
     if args.zoo is not None:
-        print("| model | mode | tied weights | parameter bytes per stage, predicted | built | equal |")
-        print("|---|---|---|---|---|---|")
+        out("| model | mode | tied weights | parameter bytes per stage, predicted | built | equal |")
+        out("|---|---|---|---|---|---|")
         for r in zoo_parameter_bytes(args.zoo or list(zoo.MODELS), args.stages, args.time_limit):
-            print(f"| {r['model']} | {r['mode']} | {r['tied']} | {r['predicted']} | {r['built']} | {r['predicted'] == r['built']} |")
-        return 0
-    print("| model | split | stage | params predicted | params built | memory predicted (MiB) | peak measured (MiB) | ratio | step predicted (s) | step measured (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+            out(f"| {r['model']} | {r['mode']} | {r['tied']} | {r['predicted']} | {r['built']} | {r['predicted'] == r['built']} |")
+        return
+    out("| model | split | stage | params predicted | params built | memory predicted (MiB) | peak measured (MiB) | ratio | step predicted (s) | step measured, median (min-max) (s) |")
+    out("|---|---|---|---|---|---|---|---|---|---|")
     started = time.perf_counter()
     for name in args.models:
         for r in run_model(name, args.stages, args.micro_batches, args.micro_batch_size, args.time_limit, args.steps):
             ok = "=" if r["param_pred"] == r["param_built"] else "!="
-            print(f"| {r['model']} | {r['split']} | {r['stage']} | {r['param_pred']:,} | {r['param_built']:,} {ok} | "
+            out(f"| {r['model']} | {r['split']} | {r['stage']} | {r['param_pred']:,} | {r['param_built']:,} {ok} | "
                   f"{r['mem_pred'] / MIB:.2f} | {r['mem_meas'] / MIB:.2f} | {r['mem_meas'] / r['mem_pred']:.3f} | "
-                  f"{r['step_pred']:.3f} | {r['step_meas']:.3f} |")
-    print(f"# {time.perf_counter() - started:.0f} s in all; load {os.getloadavg()[0]:.1f} at the end")
-    return 0
+                  f"{r['step_pred']:.3f} | {r['step_meas']:.3f} ({r['step_min']:.3f}-{r['step_max']:.3f}) |")
+    out(f"# {time.perf_counter() - started:.0f} s in all; load {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":
