@@ -163,7 +163,14 @@ def test_evaluator_matches_the_written_training_model(problem, data):
     assert ev.stage_time.tolist() == ticks and ev.objective == max(ticks)
     assert list(ev.stage_memory) == memory
     assert ev.feasible == (problem.memory is None or all(m <= c for m, c in zip(memory, problem.memory)))
-    assert ev.step_time_s == pytest.approx(float(problem.step_slots()) * ev.stage_time_peak_s)
+    sync = [0] * K  # each stage holding a replicated weight sends its gradient once per step
+    for w in g.shared_weights:
+        holders = {stages[r] for r in w.readers}
+        for k in holders if len(holders) > 1 and problem.bandwidth else ():
+            sync[k] += w.nbytes
+    expected_sync = max(sync) / problem.bandwidth if problem.bandwidth else 0.0
+    assert ev.grad_sync_s == pytest.approx(expected_sync)
+    assert ev.step_time_s == pytest.approx(float(problem.step_slots()) * ev.stage_time_peak_s + expected_sync)
 
 
 @given(training_problems(max_nodes=5))
@@ -274,3 +281,15 @@ def test_capture_measures_backward_where_asked(granularity):
     assert p.node_seconds() == pytest.approx(g.time("cpu") + back)
     plain = capture(model, (x,), measure=True, repeats=1, warmup=0, granularity=granularity).graph
     assert not plain.backward_time and training.backward_source(plain, "cpu").startswith("estimated")
+
+
+def test_replicated_weights_sync_their_gradients_once_per_step():
+    # a and c read one 4,000-byte weight: on two stages its gradient is sent by both, once per step.
+    g = CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"], out_bytes=[10, 10, 0], compute_time={"cpu": [1e-3, 1e-3, 1e-3]},
+                  shared_weights=[{"name": "tied", "bytes": 4000, "read_by": ["a", "c"]}])
+    p = StageProblem.pipeline(g, 2, micro_batches=4, bandwidth=1e6, mode="training", time_unit=1e-4)
+    apart, together = evaluate_stages(p, [0, 0, 1]), evaluate_stages(p, [0, 0, 0])
+    assert apart.replicated == {"tied": [0, 1]} and apart.grad_sync_s == pytest.approx(4e-3)
+    assert apart.step_time_s == pytest.approx(float(p.step_slots()) * apart.stage_time_peak_s + 4e-3)
+    assert together.replicated == {} and together.grad_sync_s == 0.0
+    assert together.step_time_s == pytest.approx(float(p.step_slots()) * together.stage_time_peak_s)

@@ -58,7 +58,10 @@ class StageEvaluation:
     slowest stage (inf when every stage takes no time); ``stage_memory`` (Python ints) is each
     stage's parameters plus its activations in flight, which the problem's ``memory`` bounds (in
     training mode parameters, gradients, optimizer state and stashed activations); ``step_time_s``
-    is a training step's seconds (`StageProblem.step_slots` times the slowest stage), None otherwise.
+    is a training step's seconds (`StageProblem.step_slots` times the slowest stage, plus
+    ``grad_sync_s``), None otherwise. ``grad_sync_s``: once per step, every stage holding a
+    replicated shared weight sends its gradient at ``bandwidth`` to keep the copies equal; the
+    busiest stage's sends (0 without a bandwidth). It is reported, not part of the objective.
     """
 
     feasible: bool
@@ -82,7 +85,8 @@ class StageEvaluation:
     stage_time: np.ndarray | None = None  # (K,) compute plus send ticks
     stage_time_s: np.ndarray | None = None  # (K,) seconds, unrounded
     stage_memory: tuple[int, ...] | None = None  # (K,) parameters plus activations in flight
-    step_time_s: float | None = None  # training: one step, (M + K - 1) slowest stages (interleaved: M + (K - 1) / v)
+    step_time_s: float | None = None  # training: one step, (M + K - 1) slowest stages (interleaved: M + (K - 1) / v) + grad_sync_s
+    grad_sync_s: float | None = None  # training: the busiest stage's gradient sends for its replicated weights, once per step
     pipelined: bool = False
     replicated: dict[str, list[int]] | None = None  # shared weight -> the stages (>= 2) holding it
 
@@ -259,12 +263,25 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
             stage_time=stage_time,
             stage_time_s=stage_time_s,
             stage_memory=stage_memory,
-            step_time_s=float(problem.step_slots() * slowest_s) if problem.training else None,
+            step_time_s=float(problem.step_slots() * slowest_s) + _grad_sync_s(problem, replicated) if problem.training else None,
+            grad_sync_s=_grad_sync_s(problem, replicated) if problem.training else None,
             replicated=replicated,
             **values,
         ),
         problem.pipelined,
     )
+
+
+def _grad_sync_s(problem: StageProblem, replicated: dict[str, list[int]]) -> float:
+    """Seconds of the busiest stage's gradient sends for the replicated weights it holds."""
+    if problem.bandwidth is None or not replicated:
+        return 0.0
+    nbytes = {w.name: w.nbytes for w in problem.graph.shared_weights}
+    per_stage = [0] * problem.n_stages
+    for name, stages in replicated.items():
+        for k in stages:
+            per_stage[k] += nbytes[name]
+    return max(per_stage) / problem.bandwidth
 
 
 def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, last: np.ndarray, params: list) -> tuple[int, ...]:
