@@ -182,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         _run(args, argv, out)
     finally:
         if args.page and lines:
-            Path(args.page).write_text("\n".join(lines) + "\n", encoding="utf-8")
+            # the comment lines (command, machine) as quotes: "# " would be a Markdown heading
+            page = ["> " + line[2:] + "  " if line.startswith("# ") else line for line in lines]
+            Path(args.page).write_text("\n".join(page) + "\n", encoding="utf-8")
     return 0
 
 
