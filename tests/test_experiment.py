@@ -333,6 +333,7 @@ def test_execution_cells_measure_placements_and_single_devices(tmp_path):
 
 # ---------------------------------------------------------------------------- training
 
+# graphs of 20-40 ops, not the defaults (20-80 to imitate, 40-99 for RL): four child trainings run
 TRAINING = """
 name = "tiny_training"
 seeds = [0]
@@ -341,7 +342,7 @@ repeats = 2
 [[trainings]]
 policy = "placement"
 kernels = ["native", "portable"]
-config = { imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2, label_time_limit = 0.0 }
+config = { imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2, label_time_limit = 0.0, imitation_ops = [20, 40], rl_ops = [20, 40], rl_samples = 2 }
 """
 
 STAGE_TRAINING = """
@@ -362,7 +363,7 @@ config = { n_graphs = 5, n_validation = 2, min_nodes = 12, max_nodes = 20, ks = 
     (lambda t: t.replace('policy = "placement"', 'policy = "stage"'), "trainings[0].config.imitation_graphs: not a StageTrainConfig field"),
     (lambda t: t.replace('"portable"]', '"avx512"]'), "trainings[0].kernels: unknown setting 'avx512' (settings: native, avx2, portable)"),
     (lambda t: t.replace('"portable"]', '"native"]'), "trainings[0].kernels: a setting named twice (settings: native, avx2, portable)"),
-    (lambda t: t.replace('policy = "placement"', 'policy = "stage"').replace("imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2, label_time_limit = 0.0", "threads = 2"),
+    (lambda t: t.replace('policy = "placement"', 'policy = "stage"').replace("imitation_graphs = 2, imitation_epochs = 2, rl_epochs = 1, rl_graphs_per_epoch = 2, validation_graphs = 2, label_time_limit = 0.0, imitation_ops = [20, 40], rl_ops = [20, 40], rl_samples = 2", "threads = 2"),
      "trainings[0].config.threads: the portable kernels run one thread, got 2"),
     (lambda t: t.replace('kernels = ["native", "portable"]', "kernels = []"), "trainings[0].kernels: at least one setting (settings: native, avx2, portable)"),
 ])

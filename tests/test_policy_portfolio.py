@@ -45,25 +45,40 @@ COLD = r"""
 import json, sys
 import incsched
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
+from incsched.inc_ilp.incumbent import policy_loaded
 g = transformer_block()
 p = incsched.PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
-kw = json.loads(sys.argv[1])
-kw["tuning"] = incsched.Tuning.from_json(kw.get("tuning", {}))
-r = incsched.solve(p, **kw)
-print(json.dumps({"reproducible": r.reproducible, "objective": r.objective, "steps": r.provenance["steps"]}))
+for kw in json.loads(sys.argv[1]):
+    # each run starts cold: none of these runs loads the policy in this process
+    assert not policy_loaded("placement"), "the policy was loaded in the process before a cold run"
+    kw["tuning"] = incsched.Tuning.from_json(kw.get("tuning", {}))
+    r = incsched.solve(p, **kw)
+    print(json.dumps({"reproducible": r.reproducible, "objective": r.objective, "steps": r.provenance["steps"]}))
 """
 
+#: The cold runs, in one fresh process (one start-up, not three), each checked cold before it runs.
+COLD_RUNS = {
+    # below the rule's limit, above the background limit
+    "short": dict(time_limit=10, tuning={"policy_min_seconds": 100}),
+    "work_bounded": dict(time_limit=30, work_limit=0.3, tuning={"policy_min_seconds": 100}),
+    "below_background": dict(time_limit=2, tuning={"policy_background_min_seconds": 2.5}),
+}
 
-def _cold(**kwargs) -> dict:
+
+@pytest.fixture(scope="module")
+def cold() -> dict:
+    """name in `COLD_RUNS` -> what its run returned, from a process where the policy was never loaded."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, "-c", COLD, json.dumps(kwargs)], capture_output=True, text=True, timeout=300, env=env)
+    run = subprocess.run([sys.executable, "-c", COLD, json.dumps(list(COLD_RUNS.values()))], capture_output=True, text=True,
+                         timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    outs = [json.loads(line) for line in run.stdout.strip().splitlines()[-len(COLD_RUNS):]]
+    return dict(zip(COLD_RUNS, outs))
 
 
 @pytest.mark.slow
-def test_cold_and_short_the_policy_loads_in_a_child_process_and_the_run_says_it_may_not_repeat():
-    out = _cold(time_limit=20, tuning={"policy_min_seconds": 100})  # below the rule's limit
+def test_cold_and_short_the_policy_loads_in_a_child_process_and_the_run_says_it_may_not_repeat(cold):
+    out = cold["short"]
     notes = [s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent"]
     assert any("loading in a child process" in n for n in notes)
     assert out["reproducible"] is False  # whether the policy arrived in time depends on the machine
@@ -117,14 +132,14 @@ def test_the_policy_process_decodes_what_the_policy_decodes_here():
 
 
 @pytest.mark.slow
-def test_a_work_bounded_run_takes_the_policy_by_rule_only():
-    out = _cold(time_limit=30, work_limit=0.3, tuning={"policy_min_seconds": 100})
+def test_a_work_bounded_run_takes_the_policy_by_rule_only(cold):
+    out = cold["work_bounded"]
     notes = [s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent"]
     assert any("takes part by rule" in n for n in notes)
     assert out["reproducible"] is True
 
 
 @pytest.mark.slow
-def test_below_the_background_limit_the_cold_policy_is_left_out():
-    out = _cold(time_limit=2, tuning={"policy_background_min_seconds": 2.5})
+def test_below_the_background_limit_the_cold_policy_is_left_out(cold):
+    out = cold["below_background"]
     assert any("left out" in s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent")
