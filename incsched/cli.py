@@ -1141,7 +1141,10 @@ def format_result(r) -> str:
                 lines.append(f"throughput   {t['throughput']:.2f} micro-batches/s (slowest stage {1e3 * t['stage_time_peak_s']:.3f} ms){timed}")
             if t.get("step_time_s") is not None:  # training mode: forward plus backward, and where backward came from
                 sync = f", {1e3 * t['grad_sync_s']:.3f} ms of it syncing replicated weights" if t.get("grad_sync_s") else ""
-                lines.append(f"step time    {1e3 * t['step_time_s']:.3f} ms (backward {t['backward_time_source']}{sync}){timed}")
+                forward = f"forward {tags}, " if tags else ""
+                lines.append(f"step time    {1e3 * t['step_time_s']:.3f} ms ({forward}backward {t['backward_time_source']}{sync})")
+                if t.get("activation_source"):
+                    lines.append(f"activations  {t['activation_source']}")
     elif r.problem == "placement" and t:
         lines.append(f"makespan     {1e3 * t['makespan_s']:.3f} ms ({t['makespan']:,} ticks){timed}")
         lines.append("device busy  " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["busy_s"]) + timed)

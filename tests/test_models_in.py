@@ -225,8 +225,9 @@ def test_hf_config_builds_with_the_cache_off_and_captures(tmp_path):
     assert loaded.name == "GPT2LMHeadModel" and loaded.model.config.use_cache is False and not loaded.model.training
     assert loaded.example_inputs[0].shape == (1, 16)
     graph = capture(loaded.model, loaded.example_inputs, name=loaded.name).graph
-    # the LM head is tied to the token embedding: counted once
-    assert graph.param_bytes.sum() == state_bytes(loaded.model)
+    # the LM head is tied to the token embedding: one shared weight, counted once in the total
+    assert graph.total_param_bytes == state_bytes(loaded.model)
+    assert [w.nbytes for w in graph.shared_weights] == [loaded.model.lm_head.weight.numel() * 4]
     assert main(["graph", "capture", "--hf-config", str(tmp_path / "config.json"), "--seq-len", "8",
                  "-o", str(tmp_path / "g.json")]) == 0
 
