@@ -415,10 +415,7 @@ def _validate(args) -> int:
         print(f"predicted with times ({kind}) {captured.graph.time_source(kind)}", file=out)
     for note in v.notes:
         print(f"note: {note}", file=out)
-    if args.json:
-        failed = _write_json_output(args.json, v.to_json())
-        if failed:
-            raise IncschedError(f"the validation above was not written: {failed}")
+    _write_or_refuse(args.json, v.to_json, "the validation above")
     return 0
 
 
@@ -941,10 +938,7 @@ def _compare(args) -> int:
     print(comparison.table(), file=out)
     if args.png:
         print(f"figure -> {plot_comparison(comparison, args.png)}", file=out)
-    if args.json:
-        failed = _write_json_output(args.json, comparison.to_json())
-        if failed:
-            raise IncschedError(f"the comparison was not written: {failed}")
+    _write_or_refuse(args.json, comparison.to_json, "the comparison")
     return 0
 
 
@@ -996,6 +990,14 @@ def _show(args) -> int:
     for path, fmt in outputs:
         print(draw(result, problem, path, fmt, micro_batches=args.micro_batches))
     return 0
+
+
+def _write_or_refuse(path: str | None, to_json, what: str) -> None:
+    """Write ``to_json()`` to ``path`` (``-``: stdout) when one is given; a failure is one line."""
+    if path:
+        failed = _write_json_output(path, to_json())
+        if failed:
+            raise IncschedError(f"{what} was not written: {failed}")
 
 
 def _write_json_output(path: str, data) -> str | None:
