@@ -143,13 +143,14 @@ def zoo_parameter_bytes(names, K: int, time_limit: float) -> list[dict]:
     for the inference optimum (peer objective) and the training-throughput optimum."""
     rows = []
     for name in names:
-        model, args = zoo.build(name, batch_size=1, seq_len=32, image_size=None if name in ("vit_b_16", "inception_v3") else 64)
+        size = dict(batch_size=1, seq_len=32, image_size=None if name in ("vit_b_16", "inception_v3") else 64)  # their fixed sizes
+        model, args = zoo.build(name, **size)
         graph = capture(model, args, granularity="layer", name=name).graph
         for mode, problem in (("inference", StageProblem.peer(graph, K, alpha=1)),
                               ("training", StageProblem.pipeline(graph, K, micro_batches=4, mode="training"))):
             stages = np.asarray(solve(problem, time_limit=time_limit).stages)
             torch.manual_seed(0)
-            fresh, _ = zoo.build(name, batch_size=1, seq_len=32, image_size=None if name in ("vit_b_16", "inception_v3") else 64)
+            fresh, _ = zoo.build(name, **size)  # pipeline() rewraps the modules it cuts: a fresh model each time
             try:
                 pipe = build_pipeline(fresh, args, graph, stages)
                 built = [stage_state_bytes(pipe.get_stage_module(k)) for k in range(pipe.num_stages)]

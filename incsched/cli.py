@@ -936,6 +936,7 @@ def _compare(args) -> int:
           f"micro-batches (1F1B); ours is {comparison.status}" + (f"; measured on {comparison.measured_on}" if comparison.measured_on else ""),
           file=out)
     print(comparison.table(), file=out)
+    print(f"predicted with times ({DEFAULT_KIND}) {graph.time_source(DEFAULT_KIND)}", file=out)  # the problems' default kind
     if args.png:
         print(f"figure -> {plot_comparison(comparison, args.png)}", file=out)
     _write_or_refuse(args.json, comparison.to_json, "the comparison")

@@ -226,6 +226,7 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     acts = np.zeros(K, dtype=np.int64)
     np.add.at(acts, s, g.out_bytes)
     # Python ints: in-flight counts times activations are not bounded by the byte columns' limit.
+    grad_sync_s = _grad_sync_s(problem, replicated) if problem.training else None
     if problem.training:
         stage_memory = _training_memory(problem, s, sends, last, stage_mem.tolist())
     else:
@@ -263,8 +264,8 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
             stage_time=stage_time,
             stage_time_s=stage_time_s,
             stage_memory=stage_memory,
-            step_time_s=float(problem.step_slots() * slowest_s) + _grad_sync_s(problem, replicated) if problem.training else None,
-            grad_sync_s=_grad_sync_s(problem, replicated) if problem.training else None,
+            step_time_s=float(problem.step_slots() * slowest_s) + grad_sync_s if problem.training else None,
+            grad_sync_s=grad_sync_s,
             replicated=replicated,
             **values,
         ),
@@ -306,7 +307,7 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
     if not problem.recompute:
         return tuple(factor * int(m) + f * a for m, f, a in zip(params, stashed, acts))
     inputs = [0] * K
-    for v in np.flatnonzero(g.in_degree == 0).tolist():
+    for v in np.flatnonzero(source).tolist():
         inputs[int(s[v])] += int(g.out_bytes[v])
     crossing = [0] * (K + 1)  # crossing[b]: bytes of the values sent over boundary b (stage b to b + 1)
     for u in sends.tolist():

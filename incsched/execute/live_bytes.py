@@ -19,7 +19,18 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["LiveBytes"]
+__all__ = ["LiveBytes", "distinct_tensor_bytes"]
+
+
+def distinct_tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages among ``tensors``: a tensor reached under several names (a tied
+    weight) counts once, as numel times element size of the largest view of its storage, which is
+    what capture charges a weight."""
+    seen: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        key = (str(t.device), t.untyped_storage().data_ptr())
+        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
+    return sum(seen.values())
 
 
 class LiveBytes(TorchDispatchMode):

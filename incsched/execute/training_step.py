@@ -25,17 +25,17 @@ import torch.distributed as dist
 from torch import nn
 
 from .distributed import run_ranks
-from .live_bytes import LiveBytes
+from .live_bytes import LiveBytes, distinct_tensor_bytes
 from .partition import ExecutionError
 
-__all__ = ["SCHEDULES", "OPTIMIZERS", "StageStep", "TrainingStep", "train_step"]
+__all__ = ["SCHEDULES", "TORCH_OPTIMIZERS", "StageStep", "TrainingStep", "train_step"]
 
-#: Schedules by the names training mode uses.
+#: The schedules of training mode (`incsched.problems.training.SCHEDULES`) that this runs.
 SCHEDULES = ("1f1b", "gpipe")
 
-#: Optimizers by the names of training mode's presets (fp32 weights); foreach=False keeps the step's
-#: temporaries to one parameter's size at a time, as the memory model assumes.
-OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+#: torch optimizers for training mode's fp32 presets (`incsched.problems.training.OPTIMIZERS`, by
+#: the same names); foreach=False keeps the step's temporaries to one weight tensor at a time.
+TORCH_OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "adam-fp32": lambda params: torch.optim.Adam(params, lr=1e-4, foreach=False),
     "sgd-momentum-fp32": lambda params: torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=False),
     "sgd-fp32": lambda params: torch.optim.SGD(params, lr=1e-3, foreach=False),
@@ -96,7 +96,7 @@ def train_step(
         What ``loss_fn(last stage's output, target)`` compares against, split the same way.
     schedule : {"1f1b", "gpipe"}
     optimizer : str
-        A key of `OPTIMIZERS`.
+        A key of `TORCH_OPTIMIZERS`.
     devices : sequence of str, optional
         The torch device per stage (default all ``"cpu"``).
 
@@ -110,8 +110,8 @@ def train_step(
         raise ExecutionError("a pipeline training step needs at least 2 stages")
     if schedule not in SCHEDULES:
         raise ExecutionError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
-    if optimizer not in OPTIMIZERS:
-        raise ExecutionError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if optimizer not in TORCH_OPTIMIZERS:
+        raise ExecutionError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(TORCH_OPTIMIZERS)}")
     devices = list(devices or ["cpu"] * K)
     args = (list(stage_modules), tuple(inputs), target, loss_fn, n_micro, schedule, optimizer, timed_steps, devices)
     reports = run_ranks(K, _train_rank, args, backend=backend, threads=threads)
@@ -130,7 +130,7 @@ def _train_rank(rank, modules, inputs, target, loss_fn, n_micro, schedule, optim
     kind = Schedule1F1B if schedule == "1f1b" else ScheduleGPipe
     runner = kind(stage, n_microbatches=n_micro, loss_fn=loss_fn)
     params = [p for p in module.parameters() if p.requires_grad]
-    opt = OPTIMIZERS[optimizer](params)
+    opt = TORCH_OPTIMIZERS[optimizer](params)
     inputs = tuple(x.to(device) for x in inputs)
     target = target.to(device)
     losses: list[torch.Tensor] = []
@@ -153,8 +153,8 @@ def _train_rank(rank, modules, inputs, target, loss_fn, n_micro, schedule, optim
     live.hold(t for state in opt.state.values() for t in state.values() if isinstance(t, torch.Tensor))
     with live:
         step()
-    param_bytes = _distinct_bytes(list(module.parameters()) + list(module.buffers()))
-    optimizer_bytes = _distinct_bytes([t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.dim() > 0])
+    param_bytes = distinct_tensor_bytes([*module.parameters(), *module.buffers()])
+    optimizer_bytes = distinct_tensor_bytes(t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.dim() > 0)
     dist.barrier()
     seconds = []
     for _ in range(timed_steps):
@@ -169,10 +169,3 @@ def _train_rank(rank, modules, inputs, target, loss_fn, n_micro, schedule, optim
         "losses": [float(x.detach()) for x in losses],
     }
 
-
-def _distinct_bytes(tensors: Sequence[torch.Tensor]) -> int:
-    seen: dict[int, int] = {}
-    for t in tensors:
-        s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
-    return sum(seen.values())

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ExportError
+from ..execute.live_bytes import distinct_tensor_bytes
 from ..graph import CompGraph
 from ..result import Result
 from .split_points import split_spec, stage_list
@@ -109,11 +110,7 @@ def build_pipeline(model: Any, example_args: Sequence[Any], graph: CompGraph, re
 def stage_state_bytes(module: Any) -> int:
     """Bytes of the distinct parameter and buffer storages of ``module`` (a tensor reached under
     several names counts once): numel times element size, the largest view per storage."""
-    seen: dict[tuple[str, int], int] = {}
-    for _, t in _state(module):
-        key = (str(t.device), t.untyped_storage().data_ptr())
-        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
-    return sum(seen.values())
+    return distinct_tensor_bytes(t for _, t in _state(module))
 
 
 def _state(module: Any) -> list[tuple[str, Any]]:

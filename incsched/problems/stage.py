@@ -523,7 +523,7 @@ class StageProblem:
         """
         g = self.graph
         f = self.in_flight()
-        stash = int(training.stash_bytes(g).sum()) if self.training else int(g.out_bytes.sum())
+        stash = int(self._stash().sum())
         worst = self.param_factor * g.total_param_bytes + (max(f) + max(self.stage_input_coef)) * max(stash, int(g.out_bytes.sum()))
         if worst > MAX_TOTAL_BYTES:
             raise ProblemError(
@@ -719,7 +719,7 @@ class StageProblem:
             v = int(np.flatnonzero(~fits)[0])
             return (
                 f"node {g.names[v]!r} needs {int(alone[v].min())} bytes of memory on any stage "
-                f"({int(g.node_weight_bytes[v])} parameter bytes{self._factor_note()} plus its activations of {int(g.out_bytes[v])} bytes times the "
+                f"({int(g.node_weight_bytes[v])} parameter bytes{self._factor_note()} plus its activations of {int(self._stash()[v])} bytes times the "
                 f"micro-batches in flight), more than any stage's memory (largest {max(self.memory)} bytes)"
             )
         # Every stage keeps at least one micro-batch and every shared weight is held somewhere;
@@ -734,6 +734,10 @@ class StageProblem:
                 f"{self.n_stages} stages' total memory of {sum(self.memory)} bytes"
             )
         return None
+
+    def _stash(self) -> np.ndarray:
+        """Activation bytes per node and micro-batch: what training stashes, else the outputs in flight."""
+        return training.stash_bytes(self.graph) if self.training else self.graph.out_bytes
 
     def _factor_note(self) -> str:
         return f" times {self.param_factor} for gradients and {self.optimizer} state" if self.training else ""
