@@ -20,6 +20,11 @@ Families
     the windows the releases and tails leave; with *anchors* (a node x and a node y), a device
     other than x's only receives a descendant of x after a transfer (and symmetrically for y),
     which shrinks every window but x's (y's) own. This is what charges "using many devices".
+`incsched.bounds.placement_flow.flow_bound`
+    Every node keeps its own window per device class (no minima over sets), the devices other
+    than the entry's can only do what the entry's device has fed them before the entry's output
+    could reach them (and the mirror at the exit), and the work must fit as a preemptive
+    schedule: a max flow per tried makespan.
 `segment_sum_bound`
     Cut nodes (norms, sums, residual adds) split every schedule into consecutive segments; the
     makespan is at least the sum of the segments' own bounds.
@@ -33,6 +38,18 @@ import numpy as np
 
 from ..problems.decompose import segments, subproblem
 from ..problems.placement import PlacementProblem
+from .placement_flow import FLOW_MAX_NODES, flow_bound
+from .placement_heads import (  # noqa: F401  (re-exported: the families' shared ingredients)
+    INF,
+    _anchors,
+    _colocation_rule,
+    _costs,
+    anchored_heads,
+    anchored_tails,
+    path_bound,
+    transfer_heads,
+    transfer_tails,
+)
 
 __all__ = [
     "INF",
@@ -48,10 +65,6 @@ __all__ = [
     "segment_sum_bound",
 ]
 
-#: Stands for "never" (a node that cannot sit where asked). Far above any makespan in ticks, far
-#: below int64's limit even after summing a few thousand of them.
-INF = 1 << 40
-
 #: `placement_bound_details` raises heads by energy over ancestors (`energetic_heads`) on problems
 #: (and segments) of at most this many nodes by default: it costs about n^2.
 ENERGETIC_MAX_NODES = 200
@@ -59,193 +72,6 @@ ENERGETIC_MAX_NODES = 200
 #: `incsched.inc_ilp.exact_bounds.placement_bound_cpsat` raises the heads of its CP-SAT windows the same way on problems of at
 #: most this many nodes (about 2 s at 500; a 10,000-op graph would take a quarter of an hour).
 ENERGETIC_WINDOW_MAX_NODES = 500
-
-#: A predecessor list longer than this is scanned in blocks (see `_colocation_rule`).
-_BLOCK_FROM = 64
-
-
-# ---------------------------------------------------------------------- shared ingredients
-
-
-def _costs(problem: PlacementProblem) -> tuple[list[int], list[int]]:
-    """Fastest duration per node and cheapest transfer per edge between two distinct devices (ticks).
-
-    With one device no edge can cross: every transfer is `INF` (no node can be remote).
-    """
-    dmin = problem.durations().min(axis=1).astype(np.int64).tolist() if problem.n_nodes else []
-    m, D = problem.graph.n_edges, problem.n_devices
-    if D == 1:
-        return dmin, [INF] * m
-    if m == 0:
-        return dmin, []
-    off = ~np.eye(D, dtype=bool)
-    cross = problem.transfer_ticks()[:, off].min(axis=1).astype(np.int64).tolist()
-    return dmin, cross
-
-
-def _single_machine(jobs: list[tuple[int, int]]) -> int:
-    """Least completion time of ``jobs`` (release, duration) on one machine: release order is optimal."""
-    t = 0
-    for r, d in sorted(jobs):
-        t = max(t, r) + d
-    return t
-
-
-def _colocation_rule(items: list[tuple[int, int, int]]) -> int:
-    """Earliest start of a node given its inputs, over every choice of which inputs share its device.
-
-    ``items``: for each input (predecessor), ``(arrive, release, dur)``: when its output reaches the
-    node from another device, its own release when it shares the node's device, its duration.
-    For a set S sharing the device, those inputs run one at a time on it before the node (their
-    single-machine completion time) and the others arrive over links, so the node starts no
-    earlier than ``max(max_{u not in S} arrive_u, single_machine(S))``; the minimum over all S is
-    a valid bound. Only prefixes of the inputs sorted by ``arrive`` (descending) need be tried:
-    for any S, the prefix of inputs arriving strictly later than the latest one outside S is a
-    subset of S (so finishes no later on one machine) with the same latest remote arrival.
-    """
-    if not items:
-        return 0
-    items = sorted(items, key=lambda it: -it[0])
-    k = len(items)
-    best = items[0][0]  # S empty
-    if k <= _BLOCK_FROM:
-        for i in range(1, k + 1):
-            rest = items[i][0] if i < k else 0
-            if rest >= best:
-                continue
-            best = min(best, max(rest, _single_machine([(r, d) for _, r, d in items[:i]])))
-        return best
-    # Many inputs: evaluate prefixes in blocks. For a prefix i inside (j, j2], the value is at least
-    # max(arrive of item j2 (or 0), single_machine(first j)): later prefixes only shrink the remote
-    # arrival, earlier ones only shrink the serial part. Taking that per block keeps the minimum valid.
-    step = max(1, k // _BLOCK_FROM)
-    j = 0
-    while j < k:
-        j2 = min(k, j + step)
-        serial = _single_machine([(r, d) for _, r, d in items[:j + 1]]) if j + 1 <= k else 0
-        rest = items[j2][0] if j2 < k else 0
-        best = min(best, max(rest, serial))
-        j = j2
-    return best
-
-
-# ---------------------------------------------------------------------- heads and tails with transfers
-
-
-def transfer_heads(problem: PlacementProblem) -> list[int]:
-    """Earliest start of every node in ticks, charging the transfers its inputs cannot avoid.
-
-    Parameters
-    ----------
-    problem : PlacementProblem
-        Any devices and links (fastest durations, cheapest transfers).
-
-    Returns
-    -------
-    list of int
-        ``head[v]``: no schedule starts v earlier.
-
-    Notes
-    -----
-    Why it holds: in any schedule, let S be v's predecessors on v's device. They run one at a
-    time there, none before its own head, and v starts after the last ends; every other
-    predecessor u ends no earlier than ``head[u] + d_u`` and its output needs at least the
-    cheapest transfer of the edge. `_colocation_rule` takes the least of these over all S, so by
-    induction in topological order every head is at most the real start.
-    """
-    g = problem.graph
-    dmin, cross = _costs(problem)
-    head = [0] * g.n_nodes
-    ptr, nbr, eid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
-    for v in g.topological_order().tolist():
-        items = _inputs(ptr, nbr, eid, v, head, head, dmin, cross)
-        head[v] = _colocation_rule(items)
-    return head
-
-
-def transfer_tails(problem: PlacementProblem) -> list[int]:
-    """Least time from every node's end to the makespan in ticks (mirror of `transfer_heads`).
-
-    Returns
-    -------
-    list of int
-        ``tail[v]``: in every schedule the makespan is at least v's end plus ``tail[v]``.
-
-    Notes
-    -----
-    Reversing time maps a schedule to a schedule of the reversed graph with the same makespan
-    (a transfer u -> w becomes one w -> u of the same length), so heads of the reversed graph are
-    tails of this one.
-    """
-    g = problem.graph
-    dmin, cross = _costs(problem)
-    tail = [0] * g.n_nodes
-    ptr, nbr, eid = g.succ_ptr.tolist(), g.succ_idx.tolist(), g.succ_edge.tolist()
-    for v in reversed(g.topological_order().tolist()):
-        tail[v] = _colocation_rule(_inputs(ptr, nbr, eid, v, tail, tail, dmin, cross))
-    return tail
-
-
-def _inputs(ptr, nbr, eid, v, base, local, dmin, cross) -> list[tuple[int, int, int]]:
-    """Per distinct neighbour u of v: (arrive when remote, release when local, duration)."""
-    per: dict[int, list[int]] = {}
-    for k in range(ptr[v], ptr[v + 1]):
-        u = nbr[k]
-        arrive = base[u] + dmin[u] + cross[eid[k]]
-        if u in per:
-            per[u][0] = max(per[u][0], arrive)  # parallel edges: the slowest transfer counts
-        else:
-            per[u] = [arrive, local[u], dmin[u]]
-    return [tuple(x) for x in per.values()]
-
-
-def path_bound(problem: PlacementProblem, head: list[int] | None = None, tail: list[int] | None = None) -> int:
-    """max over nodes of ``head + fastest duration + tail``: every node runs inside the makespan."""
-    if not problem.n_nodes:
-        return 0
-    head = transfer_heads(problem) if head is None else head
-    tail = transfer_tails(problem) if tail is None else tail
-    dmin, _ = _costs(problem)
-    return max(h + d + q for h, d, q in zip(head, dmin, tail))
-
-
-def anchored_heads(problem: PlacementProblem, anchor: int, head: list[int] | None = None) -> list[int]:
-    """Earliest start of every node placed on a device other than ``anchor``'s (ticks; `INF` for the anchor).
-
-    Notes
-    -----
-    Same rule as `transfer_heads`, with one more fact: a node off the anchor's device shares its
-    device only with predecessors that are off the anchor's device too, so a co-located
-    predecessor contributes its own anchored head, and the anchor itself can only be remote.
-    A node that does not descend from the anchor gets its plain head back.
-    """
-    g = problem.graph
-    dmin, cross = _costs(problem)
-    head = transfer_heads(problem) if head is None else head
-    ptr, nbr, eid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
-    off = list(head)
-    off[anchor] = INF
-    for v in g.topological_order().tolist():
-        if v == anchor:
-            continue
-        items = _inputs(ptr, nbr, eid, v, head, off, dmin, cross)
-        off[v] = max(head[v], _colocation_rule(items))
-    return off
-
-
-def anchored_tails(problem: PlacementProblem, anchor: int, tail: list[int] | None = None) -> list[int]:
-    """Least tail of every node placed on a device other than ``anchor``'s (mirror of `anchored_heads`)."""
-    g = problem.graph
-    dmin, cross = _costs(problem)
-    tail = transfer_tails(problem) if tail is None else tail
-    ptr, nbr, eid = g.succ_ptr.tolist(), g.succ_idx.tolist(), g.succ_edge.tolist()
-    off = list(tail)
-    off[anchor] = INF
-    for v in reversed(g.topological_order().tolist()):
-        if v == anchor:
-            continue
-        off[v] = max(tail[v], _colocation_rule(_inputs(ptr, nbr, eid, v, tail, off, dmin, cross)))
-    return off
 
 
 # ---------------------------------------------------------------------- energetic reasoning
@@ -408,20 +234,6 @@ def segment_sum_bound(problem: PlacementProblem, inner=None, should_stop=None) -
 # ---------------------------------------------------------------------- what to call
 
 
-def _anchors(problem: PlacementProblem) -> tuple[list[int | None], list[int | None]]:
-    """Entry and exit anchors worth trying: none, and the single source / single sink when there is one."""
-    g = problem.graph
-    sources = np.flatnonzero(g.in_degree == 0)
-    sinks = np.flatnonzero(g.out_degree == 0)
-    entries: list[int | None] = [None]
-    exits: list[int | None] = [None]
-    if len(sources) == 1:
-        entries.append(int(sources[0]))
-    if len(sinks) == 1:
-        exits.append(int(sinks[0]))
-    return entries, exits
-
-
 def placement_bound_details(
     problem: PlacementProblem,
     *,
@@ -430,6 +242,7 @@ def placement_bound_details(
     head: list[int] | None = None,
     tail: list[int] | None = None,
     inner=None,
+    flow: bool | None = None,
     should_stop=None,
 ) -> dict[str, int]:
     """Every family's value (ticks), keyed by name; ``"bound"`` is their maximum (`placement_lower_bound`).
@@ -448,6 +261,10 @@ def placement_bound_details(
         ``info["head"]``); combined element-wise with `transfer_heads` / `transfer_tails`.
     inner : callable, optional
         ``inner(subproblem) -> int`` for the segments (default: this function without segments).
+    flow : bool, optional
+        Include `incsched.bounds.placement_flow.flow_bound` (per-node windows and the entry's
+        feeding, by max flow: about 0.3 s at 60 nodes). Default: on problems (and segments) of
+        at most `incsched.bounds.placement_flow.FLOW_MAX_NODES` nodes.
     should_stop : callable, optional
         Asked between families (the user's clock): once true, the families not yet computed are
         left out, and ``"bound"`` is the maximum of those that were (on 10,000 ops the whole set
@@ -460,7 +277,7 @@ def placement_bound_details(
         return out
     h0, t0 = transfer_heads(problem), transfer_tails(problem)
     out["path"] = path_bound(problem, h0, t0)
-    for_segments = energetic
+    for_segments, flow_segments = energetic, flow
     if energetic is None:
         energetic = problem.n_nodes <= ENERGETIC_MAX_NODES
     head = h0 if head is None else [max(int(a), int(b)) for a, b in zip(h0, head)]
@@ -477,14 +294,18 @@ def placement_bound_details(
         for y in exits:
             if (x is not None or y is not None) and not stop():
                 out["anchored_energy"] = max(out["anchored_energy"], energy_bound(problem, head, tail, entry=x, exit_=y))
+    if flow is None:
+        flow = problem.n_nodes <= FLOW_MAX_NODES
+    if flow and not stop():
+        out["flow"] = flow_bound(problem, head, tail, lower=max(out.values()), should_stop=stop)
     if segments and problem.n_devices > 1 and not stop():
-        out["segment_sum"] = segment_sum_bound(problem, inner or (lambda sub: _combinatorial_bound(sub, for_segments)), should_stop)
+        out["segment_sum"] = segment_sum_bound(problem, inner or (lambda sub: _combinatorial_bound(sub, for_segments, flow_segments)), should_stop)
     out["bound"] = max(out.values())
     return out
 
 
-def _combinatorial_bound(problem: PlacementProblem, energetic: bool | None = None) -> int:
-    return placement_bound_details(problem, segments=False, energetic=energetic)["bound"]
+def _combinatorial_bound(problem: PlacementProblem, energetic: bool | None = None, flow: bool | None = None) -> int:
+    return placement_bound_details(problem, segments=False, energetic=energetic, flow=flow)["bound"]
 
 
 def placement_lower_bound(problem: PlacementProblem, should_stop=None) -> int:
