@@ -1,0 +1,173 @@
+"""Tests of incsched.bounds.placement_flow: the flow bound and its feeding budgets never exceed a schedule's makespan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from incsched.baselines.placement_local import local_search
+from incsched.bounds.placement import energetic_heads, placement_bound_details, transfer_heads, transfer_tails
+from incsched.bounds.placement_flow import feeding_budget, flow_bound
+from incsched.evaluate.simulate import simulate
+from incsched.inc_ilp.placement import solve_cpsat
+from incsched.problems import Placement
+from incsched.solvers import SolverSettings
+from oracles import brute_force_makespan, small_placement_problem
+
+EXACT = SolverSettings(time_limit=20.0, max_deterministic_time=10.0)
+
+
+@st.composite
+def fork_problems(draw, max_middle=6, max_devices=4, hetero=True):
+    """One source, one sink, a random DAG between them (every middle node reachable from the source and reaching the sink)."""
+    m = draw(st.integers(1, max_middle))
+    n = m + 2
+    edges = set()
+    for v in range(1, m + 1):
+        preds = [u for u in range(1, v) if draw(st.integers(0, 2)) == 0]
+        edges |= {(u, v) for u in preds} if preds else {(0, v)}
+        if draw(st.integers(0, 3)) == 0:
+            edges.add((0, v))
+    for u in range(1, m + 1):
+        if not any(a == u for a, _ in edges) or draw(st.integers(0, 3)) == 0:
+            edges.add((u, n - 1))
+    secs = [draw(st.integers(0, 2))] + draw(st.lists(st.integers(1, 9), min_size=m, max_size=m)) + [draw(st.integers(0, 2))]
+    out = draw(st.lists(st.sampled_from([0, 10, 40, 80, 150]), min_size=n, max_size=n))
+    D = draw(st.integers(2, max_devices))
+    speeds, latency, bandwidth = None, 0.0, 10.0
+    if hetero and draw(st.booleans()):
+        speeds = draw(st.lists(st.sampled_from([1.0, 1.0, 2.0]), min_size=D, max_size=D))
+    if hetero and draw(st.booleans()):
+        latency = np.array(draw(st.lists(st.sampled_from([0.0, 1.0, 3.0]), min_size=D * D, max_size=D * D)), float).reshape(D, D)
+        bandwidth = np.array(draw(st.lists(st.sampled_from([5.0, 10.0, 40.0]), min_size=D * D, max_size=D * D)), float).reshape(D, D)
+    return small_placement_problem(n, sorted(edges), secs, out, D=D, speeds=speeds, latency=latency, bandwidth=bandwidth)
+
+
+@st.composite
+def scheduled(draw, **kw):
+    """A fork problem and one arbitrary schedule of it (random devices, random topological priority)."""
+    p = draw(fork_problems(**kw))
+    n, D = p.n_nodes, p.n_devices
+    dev = draw(st.lists(st.integers(0, D - 1), min_size=n, max_size=n))
+    prio = draw(st.permutations(list(range(n))))
+    pos = {v: i for i, v in enumerate(p.graph.topological_order().tolist())}
+    return p, simulate(p, Placement.from_assignment(dev, D, priority=[pos[v] * n + prio[v] for v in range(n)]))
+
+
+def every_flow(p) -> dict[str, int]:
+    head, tail = transfer_heads(p), transfer_tails(p)
+    eh, et = energetic_heads(p, head), energetic_heads(p, tail, forward=False)
+    return {
+        "flow": flow_bound(p, head, tail, precision=0.0),
+        "flow_energetic": flow_bound(p, eh, et, precision=0.0),
+        "flow_no_feeding": flow_bound(p, eh, et, feeding=False, precision=0.0),
+        "flow_coarse": flow_bound(p, eh, et, max_points=4),
+        "details": placement_bound_details(p)["bound"],
+    }
+
+
+# ---------------------------------------------------------------------- the feeding budgets hold in any schedule
+
+
+@given(scheduled(max_middle=9))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_feeding_budget_holds_in_any_schedule(case):
+    p, sched = case
+    n = p.n_nodes
+    # Budgets count work in fastest durations: each node's first dmin ticks of its run (what the flow routes).
+    dmin = p.durations().min(axis=1).astype(np.int64)
+    start, dev = np.asarray(sched.start), np.asarray(sched.device)
+    end = start + dmin
+    for forward in (True, False):
+        anchor = 0 if forward else n - 1
+        base = transfer_heads(p) if forward else transfer_tails(p)
+        budget = feeding_budget(p, anchor, base, forward=forward)
+        off = dev != dev[anchor]
+        T = int(sched.makespan)
+        for t in range(0, min(budget.reach, T) + 1):
+            if forward:
+                work = np.clip(np.minimum(end, t) - start, 0, None)  # each node's run inside [0, t]
+            else:
+                last = np.asarray(sched.end)  # mirrored: each node's last dmin ticks
+                work = np.clip(last - np.maximum(last - dmin, T - t), 0, None)  # inside [T - t, T]
+            assert int(work[off].sum()) <= budget(t), (forward, t, int(work[off].sum()), budget(t))
+
+
+@given(scheduled(max_middle=9))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_flow_below_any_schedule(case):
+    p, sched = case
+    for name, value in every_flow(p).items():
+        assert value <= sched.makespan, f"{name} = {value} exceeds a schedule's makespan {sched.makespan}"
+
+
+@given(fork_problems(max_middle=4, max_devices=3))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_flow_below_brute_force(p):
+    assume(p.n_nodes <= 5)
+    best = brute_force_makespan(p)
+    for name, value in every_flow(p).items():
+        assert value <= best, f"{name} = {value} exceeds the optimum {best}"
+
+
+@pytest.mark.slow
+@given(fork_problems(max_middle=8, max_devices=4, hetero=False))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_flow_below_proven_optimum(p):
+    out = solve_cpsat(p, EXACT)
+    assume(out.status == "optimal")
+    for name, value in every_flow(p).items():
+        assert value <= out.objective, f"{name} = {value} exceeds the optimum {out.objective}"
+
+
+# ---------------------------------------------------------------------- stronger than before
+
+
+def attention_like(heads: int, D: int):
+    """s -> per head q, k (8 ticks) -> c (2) -> o (6) -> t; s's and o's outputs cost 25 ticks to move, q, k, c's 6."""
+    edges, secs, out = [], [1], [250]
+    for i in range(heads):
+        q, k, c, o = 1 + 4 * i, 2 + 4 * i, 3 + 4 * i, 4 + 4 * i
+        edges += [(0, q), (0, k), (q, c), (k, c), (c, o)]
+        secs += [8, 8, 2, 6]
+        out += [60, 60, 60, 250]
+    t = 1 + 4 * heads
+    edges += [(4 + 4 * i, t) for i in range(heads)]
+    return small_placement_problem(t + 1, edges, secs + [1], out + [0], D=D)
+
+
+def test_fork_join_flow_beats_every_earlier_family():
+    # 4 heads on 3 devices. A q or k off s's device waits for s's 25-tick transfer, so before
+    # tick 26 the other devices can only run c and o of heads whose q and k s's device has
+    # finished: 8 ticks of (c, o) per 16 ticks of (q, k) there (the feeding budget, ratio 1/2),
+    # far less than the two idle devices' 2 x 25 ticks the energy bound lets them fill.
+    p = attention_like(4, 3)
+    before = placement_bound_details(p, flow=False)["bound"]
+    head, tail = transfer_heads(p), transfer_tails(p)
+    eh, et = energetic_heads(p, head), energetic_heads(p, tail, forward=False)
+    plain_flow = flow_bound(p, eh, et, feeding=False)
+    fed = flow_bound(p, eh, et)
+    assert feeding_budget(p, 0, head)(26) == 12  # (26 - 1) ticks of q and k feed half as much c and o, floored
+    schedule = simulate(p, local_search(p, 0), "ordered").makespan
+    assert before < fed <= schedule
+    assert plain_flow < fed
+    assert placement_bound_details(p)["bound"] == max(before, fed)
+
+
+@pytest.mark.slow
+def test_fork_join_flow_below_the_optimum():
+    p = attention_like(4, 3)
+    out = solve_cpsat(p, EXACT)
+    assert out.status == "optimal"
+    assert placement_bound_details(p, flow=False)["bound"] < placement_bound_details(p)["bound"] <= out.objective
+
+
+def test_flow_without_anchors_and_on_one_device():
+    # Two sources: no anchor, plain windows on all devices; one device: the single-machine bound.
+    p = small_placement_problem(4, [(0, 2), (1, 3)], [3, 4, 5, 6], [10, 10, 0, 0], D=2)
+    assert flow_bound(p) <= brute_force_makespan(p)
+    one = small_placement_problem(3, [(0, 1), (0, 2)], [3, 4, 5], [10, 10, 0], D=1)
+    assert flow_bound(one) == 12 == brute_force_makespan(one)
+    assert flow_bound(small_placement_problem(0, [], [], [], D=2), lower=5) == 5
