@@ -299,7 +299,9 @@ def placement_bound_details(
     if flow and not stop():
         out["flow"] = flow_bound(problem, head, tail, lower=max(out.values()), should_stop=stop)
     if segments and problem.n_devices > 1 and not stop():
-        out["segment_sum"] = segment_sum_bound(problem, inner or (lambda sub: _combinatorial_bound(sub, for_segments, flow_segments)), should_stop)
+        inner = inner or (lambda sub: placement_bound_details(sub, segments=False, energetic=for_segments, flow=flow_segments,
+                                                             should_stop=should_stop)["bound"])
+        out["segment_sum"] = segment_sum_bound(problem, inner, should_stop)
     out["bound"] = max(out.values())
     return out
 

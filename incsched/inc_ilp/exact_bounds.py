@@ -16,7 +16,6 @@ from ..bounds.placement import (
     ENERGETIC_WINDOW_MAX_NODES,
     energetic_heads,
     placement_bound_details,
-    placement_lower_bound,
     segment_sum_bound,
     transfer_heads,
     transfer_tails,
@@ -30,7 +29,7 @@ __all__ = ["placement_bound_cpsat"]
 
 
 def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: int | None = None, *,
-                          energetic_max_nodes: int = ENERGETIC_WINDOW_MAX_NODES) -> tuple[int, dict]:
+                          energetic_max_nodes: int = ENERGETIC_WINDOW_MAX_NODES, flow: bool | None = None) -> tuple[int, dict]:
     """`placement_lower_bound` strengthened by exact CP-SAT windows (``incsched.solvers.cpsat.placement_bounds.window_bound``).
 
     Each node's head and tail are first raised by the exact optimum of a small window of its
@@ -50,6 +49,10 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
     energetic_max_nodes : int
         Heads are first raised by energy over ancestors (`energetic_heads`, about n^2) on
         problems and segments of at most this many nodes.
+    flow : bool, optional
+        Run `incsched.bounds.placement_flow.flow_bound` on the raised heads (default: on problems
+        and segments of at most ``FLOW_MAX_NODES`` nodes, as `placement_bound_details`); False
+        leaves it out (a benchmark's "before" column).
 
     Returns
     -------
@@ -87,14 +90,14 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
         spent[0] += info["spent"]
         work[0] += info["work"]
         capped[0] = capped[0] or not info["reproducible"]
-        det = placement_bound_details(p, segments=False, head=info["head"], tail=info["tail"], should_stop=past_clock)
+        det = placement_bound_details(p, segments=False, head=info["head"], tail=info["tail"], flow=flow, should_stop=past_clock)
         memo[key] = max(int(wb), det["bound"])
         return memo[key]
 
     n_parts = len(segments(problem)) if problem.n_nodes else 1
     share = settings.time_limit / (2 if n_parts > 1 else 1)
     if combinatorial is None:
-        combinatorial = placement_lower_bound(problem, should_stop=past_clock)
+        combinatorial = placement_bound_details(problem, flow=flow, should_stop=past_clock)["bound"]
     families = {"combinatorial": int(combinatorial)}
     if problem.n_nodes and problem.n_devices > 1:
         families["windows"] = strong(problem, share)
