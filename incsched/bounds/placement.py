@@ -222,12 +222,16 @@ def segment_sum_bound(problem: PlacementProblem, inner=None, should_stop=None) -
         return 0
     inner = _combinatorial_bound if inner is None else inner
     total = 0
+    memo: dict[bytes, int] = {}  # repeated blocks give identical segments: bounded once
     for i, nodes in enumerate(parts):
         if should_stop is not None and should_stop():
             break
         entry = i > 0
         sub = subproblem(problem, nodes, instant=(nodes[0],) if entry else ())
-        total += int(inner(sub)) - (1 if entry else 0)
+        key = sub.signature()
+        if key not in memo:
+            memo[key] = int(inner(sub))
+        total += memo[key] - (1 if entry else 0)
     return total
 
 
