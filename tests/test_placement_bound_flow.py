@@ -149,7 +149,9 @@ def test_fork_join_flow_beats_every_earlier_family():
     eh, et = energetic_heads(p, head), energetic_heads(p, tail, forward=False)
     plain_flow = flow_bound(p, eh, et, feeding=False)
     fed = flow_bound(p, eh, et)
-    assert feeding_budget(p, 0, head)(26) == 12  # (26 - 1) ticks of q and k feed half as much c and o, floored
+    # By tick 26, s's device has had 26 - 1 (s) - 6 (the cheapest crossing on the way out) ticks
+    # for q and k, which feed half as much c and o: 9.5, floored.
+    assert feeding_budget(p, 0, head)(26) == 9
     schedule = simulate(p, local_search(p, 0), "ordered").makespan
     assert before < fed <= schedule
     assert plain_flow < fed

@@ -24,12 +24,14 @@ count_c * L_k of work.
 
 *Feeding.* Let C be x's successors and t_x = head(x) + p(x) + (cheapest transfer out of x). A
 member of C off δ starts no earlier than t_x. So a node v off δ that starts at s < t_x has every
-member of C among its ancestors, C(v), on δ, finished by s: δ runs x and then C(v) inside
-[head(x), s]. For t <= t_x, all work off δ inside [0, t] belongs to nodes v off δ started before
-t, and the union S of their C(v) ran on δ within t - head(x) - p(x). Charging each v's duration
+member of C among its ancestors, C(v), on δ; the way from each of them to v leaves δ over some
+edge not at x, so they are done by s - λ (λ: the cheapest crossing of an edge not at x): δ runs
+x and then C(v) inside [head(x), s - λ]. For t <= t_x, all work off δ inside [0, t] belongs to
+nodes v off δ started before t, and the union S of their C(v) ran on δ within
+t - head(x) - p(x) - λ. Charging each v's duration
 in equal shares to the members of C(v) (g(u) = sum over v with u in C(v) of p(v) / |C(v)|), the
 work off δ in [0, t] is at most sum_{u in S} g(u) <= the fractional knapsack of items (p(u),
-g(u)) of capacity t - head(x) - p(x): B_x(t). Mirrored at the exit: work off ε inside
+g(u)) of that capacity: B_x(t). Mirrored at the exit: work off ε inside
 [T - t, T] is at most B_y(t) for t <= t_y (x's successors replaced by y's predecessors).
 
 So the schedule is a flow source -> v (p_v) -> (v, k) (L_k) -> (c, k) for the classes whose
@@ -105,6 +107,10 @@ class feeding_budget:
         cheapest = min((cross[k] for k in edges), default=INF)
         self.start = int(head[anchor]) + int(dmin[anchor])  # when the anchor's device is free to feed
         self.reach = min(self.start + int(cheapest), INF)
+        # Some edge on the way from the anchor's device to a node off it crosses: the fed set is
+        # done that much before the node starts (the cheapest crossing of an edge not at the anchor).
+        at_anchor = set(edges)
+        self.lag = int(min((c for k, c in enumerate(cross) if k not in at_anchor), default=0)) if problem.n_devices > 1 else 0
         kid_list = sorted(kids)
         bit = {u: 1 << i for i, u in enumerate(kid_list)}
         mask = [0] * g.n_nodes  # the anchor's successors among each node's ancestors (bitset)
@@ -138,7 +144,7 @@ class feeding_budget:
 
     def __call__(self, t: int) -> int:
         """The budget within ``t`` of the anchor's side (``t`` <= `reach`), in ticks (floor of the knapsack)."""
-        cap = int(t) - self.start
+        cap = int(t) - self.start - self.lag
         if cap < 0:
             return 0
         i = int(np.searchsorted(self._cum_p, cap, side="right")) if self._cum_p else 0  # items taken whole
