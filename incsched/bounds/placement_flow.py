@@ -27,12 +27,12 @@ member of C off δ starts no earlier than t_x. So a node v off δ that starts at
 member of C among its ancestors, C(v), on δ; the way from each of them to v leaves δ over some
 edge not at x, so they are done by s - λ (λ: the cheapest crossing of an edge not at x): δ runs
 x and then C(v) inside [head(x), s - λ]. For t <= t_x, all work off δ inside [0, t] belongs to
-nodes v off δ started before t, and the union S of their C(v) ran on δ within
-t - head(x) - p(x) - λ. Charging each v's duration
-in equal shares to the members of C(v) (g(u) = sum over v with u in C(v) of p(v) / |C(v)|), the
-work off δ in [0, t] is at most sum_{u in S} g(u) <= the fractional knapsack of items (p(u),
-g(u)) of that capacity: B_x(t). Mirrored at the exit: work off ε inside
-[T - t, T] is at most B_y(t) for t <= t_y (x's successors replaced by y's predecessors).
+nodes v off δ started before t, and the union S of their C(v) ran on δ within t - head(x) -
+p(x) - λ. Charging each v's duration in equal shares to the members of C(v) (g(u) = sum over v
+with u in C(v) of p(v) / |C(v)|), the work off δ in [0, t] is at most sum_{u in S} g(u) <= the
+fractional knapsack of items (p(u), g(u)) of that capacity: B_x(t). Mirrored at the exit: work
+off ε inside [T - t, T] is at most B_y(t) for t <= t_y (x's successors replaced by y's
+predecessors).
 
 So the schedule is a flow source -> v (p_v) -> (v, k) (L_k) -> (c, k) for the classes whose
 window of v holds k -> sink (count_c * L_k), where the flow of the off-δ classes in intervals
@@ -46,8 +46,9 @@ also when cut short. Integer ticks, an exact floor of the rational knapsack, and
 flow (OR-Tools `SimpleMaxFlow`): exact.
 
 Without feeding constraints the network's cuts include `energy_bound`'s sets (their windows
-widened to the sets' minima), so with the same heads and tails and no coarsening this bound is
-never weaker than the energy bound.
+widened to the sets' minima), so with the same heads and tails, no coarsening and an exact search
+(``precision=0``) this bound is never weaker than the energy bound; `placement_bound_details`
+starts the search at the other families' maximum anyway.
 """
 
 from __future__ import annotations
