@@ -53,6 +53,7 @@ starts the search at the other families' maximum anyway.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from fractions import Fraction
 
 import numpy as np
@@ -136,6 +137,7 @@ class feeding_budget:
         self._free = free
         self._items = items
         self._cum_p = np.cumsum([p for p, _ in items]).tolist() if items else []
+        self._memo: dict[int, int] = {}
         cum_s, acc = [], Fraction(0)
         for _, s in items:
             acc += s
@@ -148,13 +150,15 @@ class feeding_budget:
         cap = int(t) - self.start - self.lag
         if cap < 0:
             return 0
-        i = int(np.searchsorted(self._cum_p, cap, side="right")) if self._cum_p else 0  # items taken whole
-        value = self._free + (self._cum_s[i - 1] if i > 0 else 0)
-        if i < len(self._items):
-            used = self._cum_p[i - 1] if i > 0 else 0
-            p, s = self._items[i]
-            value += s * Fraction(cap - used, p)
-        return int(value)  # floor: the real enabled work is an integer at most the knapsack
+        if cap not in self._memo:
+            i = bisect_right(self._cum_p, cap)  # items taken whole
+            value = self._free + (self._cum_s[i - 1] if i > 0 else 0)
+            if i < len(self._items):
+                used = self._cum_p[i - 1] if i > 0 else 0
+                p, s = self._items[i]
+                value += s * Fraction(cap - used, p)
+            self._memo[cap] = int(value)  # floor: the real enabled work is an integer at most the knapsack
+        return self._memo[cap]
 
 
 def device_cases(problem: PlacementProblem, head, tail, entry: int | None, exit_: int | None):
