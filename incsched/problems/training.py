@@ -63,6 +63,11 @@ __all__ = [
     "backward_source",
     "training_seconds",
     "step_slots",
+    "work_bytes",
+    "work_source",
+    "largest_weight_bytes",
+    "step_bytes",
+    "training_peak",
 ]
 
 #: How a stage problem runs: forward only, or forward, backward and an optimizer step.
@@ -92,16 +97,22 @@ class OptimizerPreset:
     param_factor: int
     param_dtype: str
     rule: str
+    step_factor: int = 0
+    step_rule: str = ""
 
 
 #: The named presets (ZeRO, Rajbhandari et al. 2020, section 3.1, counts mixed-precision Adam as 16 bytes per parameter).
 OPTIMIZERS: dict[str, OptimizerPreset] = {
     p.name: p
     for p in (
-        OptimizerPreset("adam-fp32", 4, "fp32", "fp32 params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per 4-byte param"),
-        OptimizerPreset("adam-mixed", 8, "bf16", "bf16 params 2 + grads 2 + fp32 master 4 + m 4 + v 4 = 16 bytes per 2-byte param"),
-        OptimizerPreset("sgd-momentum-fp32", 3, "fp32", "fp32 params 4 + grads 4 + momentum 4 = 12 bytes per 4-byte param"),
-        OptimizerPreset("sgd-fp32", 2, "fp32", "fp32 params 4 + grads 4 = 8 bytes per 4-byte param"),
+        OptimizerPreset("adam-fp32", 4, "fp32", "fp32 params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per 4-byte param",
+                        2, "measured: torch Adam(foreach=False) holds sqrt(v) and its quotient, 2 tensors' bytes"),
+        OptimizerPreset("adam-mixed", 8, "bf16", "bf16 params 2 + grads 2 + fp32 master 4 + m 4 + v 4 = 16 bytes per 2-byte param",
+                        6, "estimated: an fp32 copy of the gradient and Adam's 2 fp32 temporaries, 12 bytes per 2-byte param"),
+        OptimizerPreset("sgd-momentum-fp32", 3, "fp32", "fp32 params 4 + grads 4 + momentum 4 = 12 bytes per 4-byte param",
+                        0, "measured: torch SGD(momentum, foreach=False) updates in place"),
+        OptimizerPreset("sgd-fp32", 2, "fp32", "fp32 params 4 + grads 4 = 8 bytes per 4-byte param",
+                        0, "measured: torch SGD(foreach=False) updates in place"),
     )
 }
 
@@ -260,3 +271,43 @@ def step_slots(schedule: str, n_stages: int, micro_batches: int) -> int | Fracti
     kind, v = parse_schedule(schedule)
     slots = Fraction(micro_batches) + Fraction(n_stages - 1, v)
     return int(slots) if slots.denominator == 1 else slots
+
+
+def work_bytes(graph: CompGraph) -> np.ndarray:
+    """Bytes node v's forward or backward holds beyond the weights, their gradients and the stash
+    (int64): ``CompGraph.work_bytes`` where capture measured them, else an estimate: the gradients
+    of its output and of its inputs (the bytes of its incoming edges) and of the weights it reads
+    (one gradient before it is accumulated): ``out_bytes + in_bytes + node_weight_bytes``.
+    `work_source` says which."""
+    if graph.work_bytes is not None:
+        return graph.work_bytes.astype(np.int64)
+    incoming = np.zeros(graph.n_nodes, dtype=np.int64)
+    np.add.at(incoming, graph.dst, graph.edge_bytes.astype(np.int64))
+    return graph.out_bytes.astype(np.int64) + incoming + graph.node_weight_bytes.astype(np.int64)
+
+
+def work_source(graph: CompGraph) -> str:
+    """Where `work_bytes` come from, for reports."""
+    if graph.work_bytes is not None:
+        return "measured (live bytes in each node's forward and backward)"
+    return "estimated (output, input and weight gradients)"
+
+
+def largest_weight_bytes(graph: CompGraph) -> np.ndarray:
+    """Bytes of the largest weight tensor node v reads, shared ones included (int64): measured
+    (``CompGraph.largest_weight_bytes``), else all the weights it reads (`CompGraph.node_weight_bytes`),
+    an upper bound."""
+    if graph.largest_weight_bytes is not None:
+        return graph.largest_weight_bytes.astype(np.int64)
+    return graph.node_weight_bytes.astype(np.int64)
+
+
+def step_bytes(graph: CompGraph, optimizer: str) -> np.ndarray:
+    """Temporaries of the optimizer's step on node v's largest weight tensor: ``step_factor * largest_weight_bytes`` (int64)."""
+    return OPTIMIZERS[optimizer].step_factor * largest_weight_bytes(graph)
+
+
+def training_peak(params: int, acts: int, work: int, step: int, factor: int) -> int:
+    """A stage's training bytes from its parts (Python ints): ``factor * params + max(acts + work, step)``,
+    ``work`` and ``step`` the largest of the stage's nodes' (the module notes)."""
+    return factor * params + max(acts + work, step)

@@ -217,7 +217,7 @@ def check_model_range(problem: StageProblem, weights: dict[str, int] | None = No
         acts = int(problem.graph.out_bytes.sum())  # training with recompute: plus the values a stage receives
         sums["one stage's parameters and activations in flight"] = max(
             (int(m) + c * acts for m, c in zip(problem.stage_memory_coef.sum(axis=0).tolist(), problem.stage_input_coef)), default=0
-        ) + problem.param_factor * problem.shared_bytes
+        ) + problem.param_factor * problem.shared_bytes + int(problem.work_coef.max(initial=0)) + int(problem.step_coef.max(initial=0))
     for what, size in sums.items():
         if size > CPSAT_LIMIT:
             raise ProblemError(
@@ -516,18 +516,44 @@ class _StageModel:
         Training with recompute adds ``stage_input_coef[k]`` times the bytes stage k receives: a
         value u crosses boundary b = k - 1 when s_u <= b < s_v for a reader v; ``cross[u,b] >=
         [s_v > b] - [s_u > b]`` for each reader suffices, since a capacity is only ever helped by
-        a smaller ``cross``.
+        a smaller ``cross``. Training's peak ``factor * params_k + max(acts_k + work_k, step_k)``
+        is two constraints, one per side of the max, each max over the stage's nodes a variable
+        bounded below by ``work_v [s_v == k]`` (`_stage_max`; a capacity only gains from it being
+        least, so the bound is as good as the equality).
         """
         coef, extra = self.problem.stage_memory_coef, self.problem.stage_input_coef
         factor = self.problem.param_factor  # a shared weight's gradient and optimizer state, in training
         out = self.problem.graph.out_bytes
         most = coef.sum(axis=0) + factor * self.problem.shared_bytes
+        work, step = self.problem.work_coef, self.problem.step_coef  # all 0 in inference
         kept = np.flatnonzero(self._kept_values()).tolist() if any(extra) else []
+        own = factor * np.repeat(self.problem.graph.param_bytes.astype(np.int64)[:, None], self.K, axis=1) if step.any() else None
         for k, cap in enumerate(self.problem.effective_memory):
-            if cap >= int(most[k]) + extra[k] * int(out.sum()):  # at least everything constrains nothing
-                continue
-            received = sum(int(out[u]) * self._crossing(u, k - 1) for u in kept) if extra[k] else 0
-            self.model.Add(self._with_shared(self._stage_sum(coef, k) + extra[k] * received, k, factor) <= cap)
+            # at least everything constrains nothing
+            if cap < int(most[k]) + extra[k] * int(out.sum()) + int(work.max(initial=0)):
+                received = sum(int(out[u]) * self._crossing(u, k - 1) for u in kept) if extra[k] else 0
+                self.model.Add(self._with_shared(self._stage_sum(coef, k) + extra[k] * received, k, factor) + self._stage_max(work, k, "work") <= cap)
+            if own is not None and cap < int(own[:, k].sum()) + factor * self.problem.shared_bytes + int(step.max()):
+                self.model.Add(self._with_shared(self._stage_sum(own, k), k, factor) + self._stage_max(step, k, "step") <= cap)
+
+    def _stage_max(self, values: np.ndarray, k: int, name: str):
+        """At least max_v values[v] [stage_v == k] (0 on an empty stage): a constant where the domains
+        decide it, else a variable bounded below by each node's term (one per literal: merged nodes
+        share theirs)."""
+        floor = int(values[self.fixed_stage == k].max(initial=0))
+        lits: dict[int, tuple[object, int]] = {}
+        for v, x in enumerate(self.on_stage):
+            if x is not None and k in x and values[v] > floor:
+                i = x[k].Index()
+                if i not in lits or lits[i][1] < values[v]:
+                    lits[i] = (x[k], int(values[v]))
+        if not lits:
+            return floor
+        top = max(c for _, c in lits.values())
+        m = self.model.NewIntVar(floor, top, f"{name}[{k}]")
+        for lit, c in lits.values():
+            self.model.Add(m >= c * lit)
+        return m
 
     def _kept_values(self) -> np.ndarray:
         """Nodes whose value has bytes and a reader: those a stage under recompute may receive and keep."""
