@@ -257,20 +257,17 @@ def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
         work, step = problem.work_coef, problem.step_coef
         most = coef.sum(axis=0) + factor * problem.shared_bytes
 
-        def stage_max(k: int, values, label: str):
-            if not values.any():
-                return 0
-            top = _variable(prob, f"{label}_{k}", lowBound=0)
-            for v in range(g.n_nodes):
-                if (v, k) in on and values[v]:
-                    prob += top >= int(values[v]) * on[v, k], f"{label}_{k}_{v}"
-            return top
-
         for k, cap in enumerate(problem.effective_memory):
+            tops = {}
+            for label, values in (("work", work), ("step", step)):
+                tops[label] = _variable(prob, f"{label}_{k}", lowBound=0) if values.any() else 0
+                for v in range(g.n_nodes):
+                    if (v, k) in on and values[v]:
+                        prob += tops[label] >= int(values[v]) * on[v, k], f"{label}_{k}_{v}"
             if cap < int(most[k]) + int(work.max(initial=0)):
-                prob += stage_load(k, coef[:, k]) + factor * shared[k] + stage_max(k, work, "work") <= cap, f"memory_{k}"
+                prob += stage_load(k, coef[:, k]) + factor * shared[k] + tops["work"] <= cap, f"memory_{k}"
             if step.any() and cap < factor * total + int(step.max()):
-                prob += factor * (mem[k]) + stage_max(k, step, "step") <= cap, f"memory_step_{k}"
+                prob += factor * mem[k] + tops["step"] <= cap, f"memory_step_{k}"
     objective = []
     if problem.capacity is not None:
         for k in range(K):
