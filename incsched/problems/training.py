@@ -21,6 +21,21 @@ The model, stage k of K (0-based), M micro-batches:
   rebuilt for the backward pass being run: ``(acts_k - sources_k) + in_flight(k) * (received_k +
   sources_k)``. What a stage receives is kept as it arrives (``torch.distributed.pipelining``'s
   stages cache their inputs per micro-batch), values only passing through included.
+- *Working set and optimizer step.* Stage memory peaks at one of two moments. While a node's
+  forward or backward runs, the stage holds, beyond the weights and the stash, that node's working
+  set (`work_bytes`: the gradients of activations in flight, a weight's gradient before it is
+  accumulated, temporaries); while the optimizer steps, the stash is gone and the step's
+  temporaries for one weight tensor are live (`step_bytes`: the preset's ``step_factor`` times
+  the largest weight tensor, for torch's one-tensor-at-a-time ``foreach=False`` step). So stage k
+  holds ``factor * params_k + max(acts_k + max_v work_v, max_v step_v)`` over its nodes v (both
+  maxima 0 on an empty stage; `training_peak`). A max over a stage's nodes is linear in a model's
+  placement variables (``mem >= base + work_v * x[v, k]``), and every term grows with the stage's
+  nodes, so merging nodes (members' maxima) and contiguous-run searches stay exact.
+- *The loss.* It enters as part of the graph, measured: capture the model called with its labels
+  (as ``benchmarks/fidelity.py`` does), and the loss joins the last layer's node, whose stash
+  (log-probabilities) and working set (the logits' gradient, softmax temporaries) then include
+  it. A graph captured without its loss leaves the loss's bytes out (about 3-4 times one
+  micro-batch's logits, on the last stage); estimated working sets do not add them either.
 - *Time.* Forward plus backward seconds per node (`training_seconds`): backward measured where
   capture measured it (``CompGraph.backward_time``), else estimated as twice the forward (the
   standard rule: a backward pass computes the gradients of the inputs and of the weights, each
