@@ -749,7 +749,7 @@ class StageProblem:
             return (
                 f"node {g.names[v]!r} needs {int(alone[v].min())} bytes of memory on any stage "
                 f"({int(g.node_weight_bytes[v])} parameter bytes{self._factor_note()} plus its activations of {int(self._stash()[v])} bytes times the "
-                f"micro-batches in flight), more than any stage's memory (largest {max(self.memory)} bytes)"
+                f"micro-batches in flight{self._peak_note(v)}), more than any stage's memory (largest {max(self.memory)} bytes)"
             )
         # Every stage keeps at least one micro-batch and every shared weight is held somewhere;
         # in training each node at its cheapest stage.
@@ -767,6 +767,11 @@ class StageProblem:
     def _stash(self) -> np.ndarray:
         """Activation bytes per node and micro-batch: what training stashes, else the outputs in flight."""
         return training.stash_bytes(self.graph) if self.training else self.graph.out_bytes
+
+    def _peak_note(self, v: int) -> str:
+        if not self.training:
+            return ""
+        return f", then its working set of {int(self.work_coef[v])} bytes, or the optimizer step's {int(self.step_coef[v])}"
 
     def _factor_note(self) -> str:
         return f" times {self.param_factor} for gradients and {self.optimizer} state" if self.training else ""
