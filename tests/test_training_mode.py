@@ -133,6 +133,7 @@ def reference(p: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]
     bwd = g.backward_time["cpu"] if "cpu" in g.backward_time else 2 * fwd
     ticks, memory = [0] * K, [0] * K
     weights, work, step = [0] * K, [0] * K, [0] * K  # the working set and optimizer step: maxima over a stage's nodes
+    own_work, release = [0] * g.n_nodes, [0] * g.n_nodes
     incoming = [sum(int(g.edge_bytes[e]) for e in range(g.n_edges) if g.dst[e] == x) for x in range(g.n_nodes)]
     stash = g.saved_bytes if g.saved_bytes is not None else g.out_bytes  # saved for backward where measured
     for x in range(g.n_nodes):
@@ -147,7 +148,8 @@ def reference(p: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]
         weights[k] += factor * int(g.param_bytes[x])
         reads = int(g.param_bytes[x]) + sum(w.nbytes for w in g.shared_weights if x in w.readers)
         # measured, else estimated: output, input and weight gradients; the largest weight tensor, else all of them
-        work[k] = max(work[k], int(g.work_bytes[x]) if g.work_bytes is not None else int(g.out_bytes[x]) + incoming[x] + reads)
+        own_work[x] = int(g.work_bytes[x]) if g.work_bytes is not None else int(g.out_bytes[x]) + incoming[x] + reads
+        release[x] = 0 if p.recompute and source else int(stash[x])  # what x's backward frees of its micro-batch
         largest = int(g.largest_weight_bytes[x]) if g.largest_weight_bytes is not None else reads
         step[k] = max(step[k], training.OPTIMIZERS[p.optimizer].step_factor * largest)
     for w in g.shared_weights:  # held once, with its gradient and optimizer state, on each stage reading it
@@ -161,6 +163,11 @@ def reference(p: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]
                     ticks[k] += round(Fraction(2 * int(g.out_bytes[u])) / Fraction(repr(p.bandwidth)) / Fraction(repr(p.time_unit)))
                 if p.recompute:
                     memory[k + 1] += kept[k + 1] * int(g.out_bytes[u])
+    for k in range(K):  # a node's working set, less what the stage's later nodes already freed in backward
+        for x in range(g.n_nodes):
+            if stages[x] == k:
+                freed = sum(release[u] for u in range(x + 1, g.n_nodes) if stages[u] == k)
+                work[k] = max(work[k], own_work[x] - freed)
     # the peak: the stash with the largest working set, or the optimizer step once the stash is gone
     memory = [wt + max(m + wk, st) for wt, m, wk, st in zip(weights, memory, work, step)]
     return ticks, memory

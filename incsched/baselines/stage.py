@@ -219,6 +219,8 @@ def pipeline_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
     if problem.n_stages == 1 or g.n_nodes == 0:
         return np.zeros(g.n_nodes, dtype=np.int64)
     orders = (g.topological_order(), g.topological_order(depth_first=True))
+    if problem.training and problem.memory is not None and bool(np.all(g.src < g.dst)):
+        orders += (np.arange(g.n_nodes),)  # the node order: the one training memory's working sets are exact over
     best, _ = _best_split(problem, ((order, _least_peak_cuts(problem, order)) for order in orders))
     return balance_by_time(problem, seed) if best is None else best
 
@@ -421,17 +423,26 @@ class _RangeMax:
 class _TrainingRunBytes:
     """Training bytes of a run [j, i) on stage k: ``max(base + work, own + step)`` (the problem's
     training notes), base the stash and weights (`_RunBytes` of ``stage_memory_coef``), own the
-    weights alone, work and step the largest of the run's nodes'. Each part grows with the run."""
+    weights alone, step the largest of the run's nodes', and work the largest ``work_v`` less what
+    the run's nodes after v release: ``max_p (work[p] + released[p + 1]) - released[i]`` over
+    prefix sums of the releases, a range maximum. Exact when the order follows the node order
+    (what "after" means); over another order the releases are left out, an upper bound. Each part
+    grows with the run."""
 
     def __init__(self, problem: StageProblem, order: np.ndarray):
         f = problem.param_factor
         self.base = _RunBytes.of(problem, order, problem.stage_memory_coef[order], f)
         self.load = self.base.load
         self.own = _RunBytes.of(problem, order, np.repeat(f * problem.graph.param_bytes[order][:, None], problem.n_stages, axis=1), f)
-        self.work, self.step = _RangeMax(problem.work_coef[order]), _RangeMax(problem.step_coef[order])
+        exact = bool(np.all(np.diff(order) > 0))
+        release = problem.release_coef[order] if exact else np.zeros(len(order), dtype=np.int64)
+        self.released = np.concatenate([[0], np.cumsum(release)]).astype(np.int64)
+        self.work = _RangeMax(problem.work_coef[order] + self.released[1:])
+        self.step = _RangeMax(problem.step_coef[order])
 
     def run(self, j, i, k: int):
-        return np.maximum(self.base.run(j, i, k) + self.work(j, i), self.own.run(j, i, k) + self.step(j, i))
+        work = np.maximum(self.work(j, i) - self.released[np.asarray(i)], 0)
+        return np.maximum(self.base.run(j, i, k) + work, self.own.run(j, i, k) + self.step(j, i))
 
 
 def _greedy_cuts(runs: _RunBytes, cap: int) -> np.ndarray | None:

@@ -12,7 +12,8 @@ The same pass, followed by one backward pass, measures what the stash leaves out
 - *working set* (``work``): the most bytes alive at once while a node's forward or backward runs,
   beyond the weights, their gradients and the saved activations: the values and gradients in
   flight, a weight's gradient before it is accumulated (the weights' ``.grad`` exist already, as
-  from the second micro-batch on), temporaries, and the gradient of the graph's outputs, seeded
+  from the second micro-batch on; counted while the op that makes it runs, then held as the
+  weight's), temporaries, and the gradient of the graph's outputs, seeded
   fresh as a pipeline stage receives it. A dispatch mode counts every storage an operator makes
   and takes it off when freed or saved; autograd pre-hooks say whose backward runs. Measured on
   the whole graph, so a node's working set includes what other branches keep pending then;
@@ -137,6 +138,15 @@ class _SavingInterpreter(torch.fx.Interpreter):
             self._hook_backward(out, n.name)
         return out
 
+    def _weight_grads(self, grads: tuple, at: tuple[int, ...]) -> None:
+        """A weight's gradient, once its op's backward has made it (and counted it), is held as the
+        weight's: a tied weight's first gradient waits in autograd until its other reader's
+        backward adds to it, which in a pipeline that holds each reader's copy on its own stage
+        does not happen, and which on one stage is the weight's gradient, counted with the weights."""
+        for i in at:
+            if i < len(grads) and isinstance(grads[i], torch.Tensor):
+                self.ledger.mark_saved(grads[i].untyped_storage().data_ptr())
+
     def _hook_backward(self, out: Any, name: str) -> None:
         """Tell the ledger that ``name``'s backward runs when autograd reaches the nodes its forward made."""
         todo = [t.grad_fn for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
@@ -146,6 +156,9 @@ class _SavingInterpreter(torch.fx.Interpreter):
                 continue
             self.hooked.add(fn)
             self.handles.append(fn.register_prehook(lambda grads, name=name: self.ledger.enter(name)))
+            weights = [i for i, (f, _) in enumerate(fn.next_functions) if f is not None and type(f).__name__ == "AccumulateGrad"]
+            if weights:
+                self.handles.append(fn.register_hook(lambda grads, _, at=tuple(weights): self._weight_grads(grads, at)))
             todo.extend(f for f, _ in fn.next_functions)
 
 

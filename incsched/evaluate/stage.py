@@ -287,8 +287,9 @@ def _grad_sync_s(problem: StageProblem, replicated: dict[str, list[int]]) -> flo
 
 def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, last: np.ndarray, params: list) -> tuple[int, ...]:
     """Each stage's training bytes (`incsched.problems.training`'s notes), in Python ints:
-    ``factor * params_k + max(acts_k + work_k, step_k)``, work and step the largest of the
-    stage's nodes' working sets and optimizer-step temporaries (0 on an empty stage).
+    ``factor * params_k + max(acts_k + work_k, step_k)``, work the largest working set of the
+    stage's nodes less what the micro-batch's backward freed before it (`training.peak_work`) and
+    step the largest optimizer-step temporaries (0 on an empty stage).
 
     ``acts_k`` without recompute: ``stashed_k * stash_k``, the stage's stash bytes (saved for
     backward where measured, else output bytes). With it: ``rebuilt_k + stashed_k * (inputs_k +
@@ -306,8 +307,12 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
     for v, k in enumerate(s.tolist()):
         if not (problem.recompute and source[v]):
             acts[k] += int(stash[v])
-    for v, (k, w, t) in enumerate(zip(s.tolist(), problem.work_coef.tolist(), problem.step_coef.tolist())):
-        work[k], step[k] = max(work[k], w), max(step[k], t)
+    on: list[list[int]] = [[] for _ in range(K)]
+    for v, (k, t) in enumerate(zip(s.tolist(), problem.step_coef.tolist())):
+        on[k].append(v)
+        step[k] = max(step[k], t)
+    w_all, release = problem.work_coef.tolist(), training.release_bytes(g, problem.recompute).tolist()
+    work = [training.peak_work(nodes, w_all, release) for nodes in on]
     if not problem.recompute:
         held = [f * a for f, a in zip(stashed, acts)]
     else:

@@ -69,8 +69,9 @@ accessors and changes what they hold: ``stage_memory_coef`` charges parameters t
 optimizer's ``param_factor`` (gradients and optimizer state; a shared weight held on a stage is
 multiplied by the same factor) and the activations the ``schedule`` stashes for backward
 (``in_flight``), ``stage_input_coef`` the inputs kept under ``recompute``;
-a stage also holds the largest working set of its nodes (`work_coef`) on top of its stash, or,
-when the optimizer steps, the largest step temporaries (`step_coef`), whichever is more;
+a stage also holds a node's working set (`work_coef`) on top of its stash less what the nodes after
+it released (`release_coef`), or, when the optimizer steps, the largest step temporaries
+(`step_coef`), whichever is more;
 ``node_ticks`` are forward plus backward; ``send_ticks`` carry each crossed value forward and its
 gradient back. The objective stays ``stage_time_peak``: a step is `step_slots` of it.
 """
@@ -566,6 +567,15 @@ class StageProblem:
         (`incsched.problems.training.work_bytes`); a stage adds the largest of its nodes' on top of
         its stash. All 0 in inference. int64, read-only."""
         out = training.work_bytes(self.graph) if self.training else np.zeros(self.graph.n_nodes, dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def release_coef(self) -> np.ndarray:
+        """Training: bytes node v's backward frees of the micro-batch it runs on
+        (`incsched.problems.training.release_bytes`): a stage's working set at v comes on top of its
+        activations less what its nodes after v released. All 0 in inference. int64, read-only."""
+        out = training.release_bytes(self.graph, self.recompute) if self.training else np.zeros(self.graph.n_nodes, dtype=np.int64)
         out.setflags(write=False)
         return out
 

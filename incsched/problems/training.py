@@ -21,16 +21,25 @@ The model, stage k of K (0-based), M micro-batches:
   rebuilt for the backward pass being run: ``(acts_k - sources_k) + in_flight(k) * (received_k +
   sources_k)``. What a stage receives is kept as it arrives (``torch.distributed.pipelining``'s
   stages cache their inputs per micro-batch), values only passing through included.
-- *Working set and optimizer step.* Stage memory peaks at one of two moments. While a node's
-  forward or backward runs, the stage holds, beyond the weights and the stash, that node's working
+- *Working set and optimizer step.* Stage memory peaks at one of two moments. While a node v's
+  forward or backward runs, the stage holds, beyond the weights and its activations, v's working
   set (`work_bytes`: the gradients of activations in flight, a weight's gradient before it is
-  accumulated, temporaries); while the optimizer steps, the stash is gone and the step's
-  temporaries for one weight tensor are live (`step_bytes`: the preset's ``step_factor`` times
-  the largest weight tensor, for torch's one-tensor-at-a-time ``foreach=False`` step). So stage k
-  holds ``factor * params_k + max(acts_k + max_v work_v, max_v step_v)`` over its nodes v (both
-  maxima 0 on an empty stage; `training_peak`). A max over a stage's nodes is linear in a model's
-  placement variables (``mem >= base + work_v * x[v, k]``), and every term grows with the stage's
-  nodes, so merging nodes (members' maxima) and contiguous-run searches stay exact.
+  accumulated, temporaries); but by then the backward of the micro-batch being run has already
+  freed what the stage's nodes after v saved (`release_bytes`: their stash, or under recompute
+  their rebuilt activations; "after" in the graph's node order, the order capture ran them in).
+  While the optimizer steps, the stash is gone and the step's temporaries for one weight tensor
+  are live (`step_bytes`: the preset's ``step_factor`` times the largest weight tensor, for
+  torch's one-tensor-at-a-time ``foreach=False`` step). So stage k holds
+
+      factor * params_k + max(acts_k + max(0, max_v (work_v - released_k after v)), max_v step_v)
+
+  over its nodes v (every max 0 on an empty stage; the stage's last node gives a term >= 0, so
+  the inner 0 only matters there; `training_peak`). Each term is linear in a model's placement
+  variables: ``mem >= base + work_v x[v, k] - sum_{u > v} release_u x[u, k]`` holds for every v
+  whether or not v sits on k (without v it is weaker than ``base <= mem``), and
+  ``mem >= own + step_v x[v, k]``. Merging a run of consecutive nodes keeps the figure when the
+  merged node's working set is its members' largest with the release after each counted, which
+  `incsched.graph.coarsen.quotient`'s plain maximum over-counts at most (a safe merge).
 - *The loss.* It enters as part of the graph, measured: capture the model called with its labels
   (as ``benchmarks/fidelity.py`` does), and the loss joins the last layer's node, whose stash
   (log-probabilities) and working set (the logits' gradient, softmax temporaries) then include
@@ -82,6 +91,8 @@ __all__ = [
     "work_source",
     "largest_weight_bytes",
     "step_bytes",
+    "release_bytes",
+    "peak_work",
     "training_peak",
 ]
 
@@ -322,7 +333,27 @@ def step_bytes(graph: CompGraph, optimizer: str) -> np.ndarray:
     return OPTIMIZERS[optimizer].step_factor * largest_weight_bytes(graph)
 
 
+def release_bytes(graph: CompGraph, recompute: bool) -> np.ndarray:
+    """Bytes node v's backward frees of the micro-batch it runs on (int64): its `stash_bytes`, and
+    under recompute 0 for a source node (a model input, kept per micro-batch in flight)."""
+    out = stash_bytes(graph).astype(np.int64)
+    if recompute:
+        out = np.where(graph.in_degree == 0, 0, out)
+    return out
+
+
+def peak_work(nodes: list[int], work: list[int], release: list[int]) -> int:
+    """``max(0, max_v (work[v] - release of the nodes after v))`` over one stage's ``nodes`` in the
+    graph's node order (Python ints; 0 for an empty stage): what the working set adds to a stage's
+    activations at its peak (the module notes)."""
+    best, after = 0, 0
+    for v in sorted(nodes, reverse=True):
+        best = max(best, work[v] - after)
+        after += release[v]
+    return best
+
+
 def training_peak(params: int, acts: int, work: int, step: int, factor: int) -> int:
     """A stage's training bytes from its parts (Python ints): ``factor * params + max(acts + work, step)``,
-    ``work`` and ``step`` the largest of the stage's nodes' (the module notes)."""
+    ``work`` from `peak_work` and ``step`` the largest of the stage's nodes' (the module notes)."""
     return factor * params + max(acts + work, step)

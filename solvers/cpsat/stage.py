@@ -532,9 +532,36 @@ class _StageModel:
             # at least everything constrains nothing
             if cap < int(most[k]) + extra[k] * int(out.sum()) + int(work.max(initial=0)):
                 received = sum(int(out[u]) * self._crossing(u, k - 1) for u in kept) if extra[k] else 0
-                self.model.Add(self._with_shared(self._stage_sum(coef, k) + extra[k] * received, k, factor) + self._stage_max(work, k, "work") <= cap)
+                base = self._with_shared(self._stage_sum(coef, k) + extra[k] * received, k, factor)
+                if work.any():
+                    self._working_sets(base, k, cap, int(most[k]) + extra[k] * int(out.sum()))
+                else:
+                    self.model.Add(base <= cap)
             if own is not None and cap < int(own[:, k].sum()) + factor * self.problem.shared_bytes + int(step.max()):
                 self.model.Add(self._with_shared(self._stage_sum(own, k), k, factor) + self._stage_max(step, k, "step") <= cap)
+
+    def _working_sets(self, base, k: int, cap: int, most: int) -> None:
+        """base <= cap, and for every node v that may sit on k: base + work_v [s_v == k] - (what
+        the nodes on k after v release) <= cap (`incsched.problems.training`'s notes: without v on
+        k the row is weaker than the first). The releases after v are a chain of running sums, so
+        each row has four terms."""
+        work, release = self.problem.work_coef, self.problem.release_coef
+        total = self.model.NewIntVar(0, most, f"mem_base[{k}]")
+        self.model.Add(total == base)
+        self.model.Add(total <= cap)
+        after, room = 0, 0  # sum of release_u [s_u == k] over the nodes after v, and its largest value
+        for v in range(len(work) - 1, -1, -1):
+            x = self.on_stage[v]
+            lit = x[k] if x is not None and k in x else int(self.fixed_stage[v] == k) if x is None else 0
+            if isinstance(lit, int) and lit == 0:
+                continue
+            if work[v]:
+                self.model.Add(total + int(work[v]) * lit - after <= cap)
+            if release[v]:
+                room += int(release[v])
+                running = self.model.NewIntVar(0, room, f"released[{k},{v}]")
+                self.model.Add(running == after + int(release[v]) * lit)
+                after = running
 
     def _stage_max(self, values: np.ndarray, k: int, name: str):
         """At least max_v values[v] [stage_v == k] (0 on an empty stage): a constant where the domains

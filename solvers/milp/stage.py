@@ -251,23 +251,28 @@ def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
     if g.shared_weights:
         mem = [mem[k] + shared[k] for k in range(K)]
     if problem.memory is not None:
-        # Training: factor x (parameters and shared weights) + max(stash + work_k, step_k), each max
-        # over the stage's nodes an epigraph variable at least each node's term (all 0 in inference).
+        # Training: factor x (parameters and shared weights) + max(stash + work_k, step_k): one row per
+        # node for the working set, an epigraph variable for the step (all 0 in inference).
         coef, factor = problem.stage_memory_coef, problem.param_factor
         work, step = problem.work_coef, problem.step_coef
         most = coef.sum(axis=0) + factor * problem.shared_bytes
 
+        release = problem.release_coef
         for k, cap in enumerate(problem.effective_memory):
-            tops = {}
-            for label, values in (("work", work), ("step", step)):
-                tops[label] = _variable(prob, f"{label}_{k}", lowBound=0) if values.any() else 0
-                for v in range(g.n_nodes):
-                    if (v, k) in on and values[v]:
-                        prob += tops[label] >= int(values[v]) * on[v, k], f"{label}_{k}_{v}"
             if cap < int(most[k]) + int(work.max(initial=0)):
-                prob += stage_load(k, coef[:, k]) + factor * shared[k] + tops["work"] <= cap, f"memory_{k}"
+                base = stage_load(k, coef[:, k]) + factor * shared[k]
+                prob += base <= cap, f"memory_{k}"
+                # at v: base + work_v on[v, k] - what the nodes on k after v released (weaker than base <= cap without v)
+                for v in range(g.n_nodes):
+                    if (v, k) in on and work[v]:
+                        after = pulp.lpSum(int(release[u]) * on[u, k] for u in range(v + 1, g.n_nodes) if (u, k) in on and release[u])
+                        prob += base + int(work[v]) * on[v, k] - after <= cap, f"memory_{k}_{v}"
             if step.any() and cap < factor * total + int(step.max()):
-                prob += factor * mem[k] + tops["step"] <= cap, f"memory_step_{k}"
+                top = _variable(prob, f"step_{k}", lowBound=0)
+                for v in range(g.n_nodes):
+                    if (v, k) in on and step[v]:
+                        prob += top >= int(step[v]) * on[v, k], f"step_{k}_{v}"
+                prob += factor * mem[k] + top <= cap, f"memory_step_{k}"
     objective = []
     if problem.capacity is not None:
         for k in range(K):
