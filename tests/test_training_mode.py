@@ -265,6 +265,7 @@ def test_cli_training_prints_the_step_time_and_says_backward_is_estimated(tmp_pa
     assert "estimated (2x forward)" in line
     # Forward plus backward 3 / 6 / 9 ms: [0, 0, 1] is slowest at 9 ms; GPipe's step is M + K - 1 = 4 of them.
     assert "36.000 ms" in line
+    assert "working set  estimated (output, input and weight gradients)" in out
 
 
 def test_cli_refuses_training_flags_out_of_place(tmp_path, capsys):
