@@ -517,8 +517,9 @@ class _StageModel:
         value u crosses boundary b = k - 1 when s_u <= b < s_v for a reader v; ``cross[u,b] >=
         [s_v > b] - [s_u > b]`` for each reader suffices, since a capacity is only ever helped by
         a smaller ``cross``. Training's peak ``factor * params_k + max(acts_k + work_k, step_k)``
-        is two constraints, one per side of the max, each max over the stage's nodes a variable
-        bounded below by ``work_v [s_v == k]`` (`_stage_max`; a capacity only gains from it being
+        is two sets of rows, one per side of the max: a row per node for the working set
+        (`_working_sets`), and one for the step, whose max over the stage's nodes is a variable
+        bounded below by ``step_v [s_v == k]`` (`_stage_max`; a capacity only gains from it being
         least, so the bound is as good as the equality).
         """
         coef, extra = self.problem.stage_memory_coef, self.problem.stage_input_coef
