@@ -12,7 +12,10 @@ steps on K forked gloo CPU ranks (`incsched.execute.training_step.train_step`). 
 - parameter bytes: predicted (`CompGraph.part_param_bytes`, tied weights once per stage that reads
   them) against the bytes the built stage module holds (distinct storages);
 - training memory: predicted (the evaluator's ``stage_memory``: parameters x the optimizer's
-  factor + the activations 1F1B stashes) against the stage's measured peak of live tensor bytes;
+  factor + the larger of the activations 1F1B stashes plus the stage's largest working set, and
+  Adam's step temporaries for its largest weight; every term measured at capture, the loss's
+  working set with the last node since capture runs the loss) against the stage's measured peak
+  of live tensor bytes;
 - the step: predicted ``step_time_s`` (M + K - 1 slowest stages, forward measured, backward
   measured or estimated as twice the forward) against the measured median step.
 

@@ -77,7 +77,7 @@ def certify(ctx: Context, kind: str, method: str) -> Result:
                          stage_time_s=[float(t) for t in ev.stage_time_s], stage_memory=list(ev.stage_memory))
         if p.training:  # a training step's time, and where its backward times come from
             terms.update(step_time_s=ev.step_time_s, backward_time_source=training.backward_source(p.graph, p.device_kind),
-                         activation_source=training.activation_source(p.graph))
+                         activation_source=training.activation_source(p.graph), working_set_source=training.work_source(p.graph))
             if ev.grad_sync_s:
                 terms["grad_sync_s"] = ev.grad_sync_s
         answer = {"stages": [int(s) for s in ctx.best]}

@@ -1148,6 +1148,8 @@ def format_result(r) -> str:
                 lines.append(f"step time    {1e3 * t['step_time_s']:.3f} ms ({forward}backward {t['backward_time_source']}{sync})")
                 if t.get("activation_source"):
                     lines.append(f"activations  {t['activation_source']}")
+                if t.get("working_set_source"):  # the stage's largest working set on top of its stash
+                    lines.append(f"working set  {t['working_set_source']}")
     elif r.problem == "placement" and t:
         lines.append(f"makespan     {1e3 * t['makespan_s']:.3f} ms ({t['makespan']:,} ticks){timed}")
         lines.append("device busy  " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["busy_s"]) + timed)

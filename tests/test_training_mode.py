@@ -48,7 +48,8 @@ def chain3(**kwargs) -> CompGraph:
     ],
 )
 def test_stage_memory_by_hand_on_three_nodes(optimizer, schedule, recompute, memory):
-    p = StageProblem.pipeline(chain3(), 2, micro_batches=3, mode="training", optimizer=optimizer, schedule=schedule,
+    # No working set and no optimizer-step temporaries here: the stash and weights alone (those two below).
+    p = StageProblem.pipeline(chain3(work_bytes=[0, 0, 0], largest_weight_bytes=[0, 0, 0]), 2, micro_batches=3, mode="training", optimizer=optimizer, schedule=schedule,
                               recompute=recompute)
     ev = evaluate_stages(p, [0, 0, 1])
     assert ev.stage_memory == memory
@@ -101,6 +102,8 @@ def training_problems(draw, max_nodes: int = 6, max_stages: int = 3):
         compute_time={"cpu": draw(st.lists(st.sampled_from([0.0, 1e-3, 3e-3]), min_size=n, max_size=n))},
         backward_time=draw(st.sampled_from([None, {"cpu": [1e-3 * (i % 3) for i in range(n)]}])),
         saved_bytes=draw(st.sampled_from([None, [3 * (i % 4) for i in range(n)]])),
+        work_bytes=draw(st.one_of(st.none(), st.lists(st.sampled_from([0, 4, 30, 90]), min_size=n, max_size=n))),
+        largest_weight_bytes=draw(st.one_of(st.none(), st.lists(st.sampled_from([0, 1, 5, 20]), min_size=n, max_size=n))),
         shared_weights=[{"name": "tied", "bytes": draw(st.sampled_from([1, 7])), "read_by": [0, n - 1]}] if n > 1 and draw(st.booleans()) else None,
         name="random",
     )
@@ -129,6 +132,9 @@ def reference(p: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]
     fwd = g.time("cpu")
     bwd = g.backward_time["cpu"] if "cpu" in g.backward_time else 2 * fwd
     ticks, memory = [0] * K, [0] * K
+    weights, work, step = [0] * K, [0] * K, [0] * K  # the working set and optimizer step: maxima over a stage's nodes
+    own_work, release = [0] * g.n_nodes, [0] * g.n_nodes
+    incoming = [sum(int(g.edge_bytes[e]) for e in range(g.n_edges) if g.dst[e] == x) for x in range(g.n_nodes)]
     stash = g.saved_bytes if g.saved_bytes is not None else g.out_bytes  # saved for backward where measured
     for x in range(g.n_nodes):
         k = stages[x]
@@ -138,10 +144,17 @@ def reference(p: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]
             acts = kept[k] * int(g.out_bytes[x]) if source else int(stash[x])
         else:
             acts = kept[k] * int(stash[x])
-        memory[k] += factor * int(g.param_bytes[x]) + acts
+        memory[k] += acts
+        weights[k] += factor * int(g.param_bytes[x])
+        reads = int(g.param_bytes[x]) + sum(w.nbytes for w in g.shared_weights if x in w.readers)
+        # measured, else estimated: output, input and weight gradients; the largest weight tensor, else all of them
+        own_work[x] = int(g.work_bytes[x]) if g.work_bytes is not None else int(g.out_bytes[x]) + incoming[x] + reads
+        release[x] = 0 if p.recompute and source else int(stash[x])  # what x's backward frees of its micro-batch
+        largest = int(g.largest_weight_bytes[x]) if g.largest_weight_bytes is not None else reads
+        step[k] = max(step[k], training.OPTIMIZERS[p.optimizer].step_factor * largest)
     for w in g.shared_weights:  # held once, with its gradient and optimizer state, on each stage reading it
         for k in {stages[r] for r in w.readers}:
-            memory[k] += factor * w.nbytes
+            weights[k] += factor * w.nbytes
     for u in range(g.n_nodes):
         readers = [stages[g.dst[e]] for e in range(g.n_edges) if g.src[e] == u and g.edge_bytes[e] > 0]
         for k in range(K):
@@ -150,6 +163,13 @@ def reference(p: StageProblem, stages: list[int]) -> tuple[list[int], list[int]]
                     ticks[k] += round(Fraction(2 * int(g.out_bytes[u])) / Fraction(repr(p.bandwidth)) / Fraction(repr(p.time_unit)))
                 if p.recompute:
                     memory[k + 1] += kept[k + 1] * int(g.out_bytes[u])
+    for k in range(K):  # a node's working set, less what the stage's later nodes already freed in backward
+        for x in range(g.n_nodes):
+            if stages[x] == k:
+                freed = sum(release[u] for u in range(x + 1, g.n_nodes) if stages[u] == k)
+                work[k] = max(work[k], own_work[x] - freed)
+    # the peak: the stash with the largest working set, or the optimizer step once the stash is gone
+    memory = [wt + max(m + wk, st) for wt, m, wk, st in zip(weights, memory, work, step)]
     return ticks, memory
 
 
@@ -191,7 +211,8 @@ def test_recompute_memory_moves_the_optimum():
     # A chain of four 8-byte activations (3 ms forward and backward each) on 2 stages, 30 bytes each;
     # stage 0 keeps 2 micro-batches in flight. Without recompute it holds one node (16 bytes), so
     # stage 1 takes three (9 ms); with recompute it holds two (b once, the 8-byte input a twice), 6 ms each.
-    g = CompGraph(list("abcd"), list("abc"), list("bcd"), out_bytes=[8] * 4, compute_time={"cpu": [1e-3] * 4})
+    g = CompGraph(list("abcd"), list("abc"), list("bcd"), out_bytes=[8] * 4, compute_time={"cpu": [1e-3] * 4},
+                  work_bytes=[0] * 4, largest_weight_bytes=[0] * 4)  # the stash alone
     plain = StageProblem.pipeline(g, 2, memory=30, micro_batches=3, time_unit=1e-3, mode="training")
     again = StageProblem.pipeline(g, 2, memory=30, micro_batches=3, time_unit=1e-3, mode="training", recompute=True)
     assert solve_stage(plain, FAST).objective == 9 == brute_force(plain)
@@ -244,6 +265,7 @@ def test_cli_training_prints_the_step_time_and_says_backward_is_estimated(tmp_pa
     assert "estimated (2x forward)" in line
     # Forward plus backward 3 / 6 / 9 ms: [0, 0, 1] is slowest at 9 ms; GPipe's step is M + K - 1 = 4 of them.
     assert "36.000 ms" in line
+    assert "working set  estimated (output, input and weight gradients)" in out
 
 
 def test_cli_refuses_training_flags_out_of_place(tmp_path, capsys):

@@ -12,7 +12,8 @@ A contiguous run's parameters are not a sum over its nodes when the graph has sh
 (`CompGraph.shared_weights`: each costs its bytes once on every stage holding a reader). The
 splits below price a run [j, i) of an order as prefix sums of the nodes' own bytes plus each shared
 weight whose first reader at or after j comes before i (`_RunBytes`); a run's bytes still grow with
-the run, so the greedy fills and the DPs stay exact.
+the run, so the greedy fills and the DPs stay exact. Training memory adds the largest working set
+and optimizer step of the run's nodes (`_TrainingRunBytes`, range maxima), which grow with the run too.
 """
 
 from __future__ import annotations
@@ -218,6 +219,8 @@ def pipeline_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
     if problem.n_stages == 1 or g.n_nodes == 0:
         return np.zeros(g.n_nodes, dtype=np.int64)
     orders = (g.topological_order(), g.topological_order(depth_first=True))
+    if problem.training and problem.memory is not None and bool(np.all(g.src < g.dst)):
+        orders += (np.arange(g.n_nodes),)  # the node order: the one training memory's working sets are exact over
     best, _ = _best_split(problem, ((order, _least_peak_cuts(problem, order)) for order in orders))
     return balance_by_time(problem, seed) if best is None else best
 
@@ -395,6 +398,53 @@ class _RunBytes:
         return lo
 
 
+class _RangeMax:
+    """max(values[j:i]) (0 for an empty run) for ints or equal-shaped int arrays, by a sparse table."""
+
+    def __init__(self, values: np.ndarray):
+        n = len(values)
+        levels = [np.asarray(values, dtype=np.int64)]
+        while (2 << (len(levels) - 1)) <= n:
+            prev, half = levels[-1], 1 << (len(levels) - 1)
+            levels.append(np.concatenate([np.maximum(prev[:-half], prev[half:]), np.zeros(half, dtype=np.int64)]))
+        self.table = np.stack(levels) if n else np.zeros((1, 1), dtype=np.int64)
+
+    def __call__(self, j, i):
+        j, i = np.asarray(j, dtype=np.int64), np.asarray(i, dtype=np.int64)
+        length = np.maximum(i - j, 1)
+        lvl = np.floor(np.log2(length)).astype(np.int64)
+        lvl -= (1 << lvl) > length  # float log2 rounding at powers of two
+        lvl += (2 << lvl) <= length
+        last = np.maximum(i - (1 << lvl), 0)
+        out = np.maximum(self.table[lvl, np.minimum(j, self.table.shape[1] - 1)], self.table[lvl, last])
+        return np.where(i > j, out, 0)
+
+
+class _TrainingRunBytes:
+    """Training bytes of a run [j, i) on stage k: ``max(base + work, own + step)`` (the problem's
+    training notes), base the stash and weights (`_RunBytes` of ``stage_memory_coef``), own the
+    weights alone, step the largest of the run's nodes', and work the largest ``work_v`` less what
+    the run's nodes after v release: ``max_p (work[p] + released[p + 1]) - released[i]`` over
+    prefix sums of the releases, a range maximum. Exact when the order follows the node order
+    (what "after" means); over another order the releases are left out, an upper bound. Each part
+    grows with the run."""
+
+    def __init__(self, problem: StageProblem, order: np.ndarray):
+        f = problem.param_factor
+        self.base = _RunBytes.of(problem, order, problem.stage_memory_coef[order], f)
+        self.load = self.base.load
+        self.own = _RunBytes.of(problem, order, np.repeat(f * problem.graph.param_bytes[order][:, None], problem.n_stages, axis=1), f)
+        exact = bool(np.all(np.diff(order) > 0))
+        release = problem.release_coef[order] if exact else np.zeros(len(order), dtype=np.int64)
+        self.released = np.concatenate([[0], np.cumsum(release)]).astype(np.int64)
+        self.work = _RangeMax(problem.work_coef[order] + self.released[1:])
+        self.step = _RangeMax(problem.step_coef[order])
+
+    def run(self, j, i, k: int):
+        work = np.maximum(self.work(j, i) - self.released[np.asarray(i)], 0)
+        return np.maximum(self.base.run(j, i, k) + work, self.own.run(j, i, k) + self.step(j, i))
+
+
 def _greedy_cuts(runs: _RunBytes, cap: int) -> np.ndarray | None:
     """Fill stages in order, each as far as ``cap`` allows; None if K stages cannot hold everything.
 
@@ -500,7 +550,9 @@ def _least_peak_cuts(problem: StageProblem, order: np.ndarray) -> np.ndarray | N
     K = problem.n_stages
     ticks = _prefix(problem.node_ticks[order])
     sends = _sends_at_cuts(problem, order)
-    mem = _RunBytes.of(problem, order, problem.stage_memory_coef[order], problem.param_factor) if problem.memory is not None else None
+    mem = None
+    if problem.memory is not None:
+        mem = _TrainingRunBytes(problem, order) if problem.training else _RunBytes.of(problem, order, problem.stage_memory_coef[order])
     caps = [problem.effective_memory, problem.effective_capacity]
     params = _RunBytes.of(problem, order, np.repeat(problem.graph.param_bytes[order][:, None], K, axis=1)) if caps[1] is not None else None
     lo = 0

@@ -28,7 +28,10 @@ branches maps each stage's loads and each boundary's traffic onto equal ones; a 
 read at position i is read there by every branch of the class, so the set of stages holding a
 reader, and with it what each stage holds, is the same after the swap. Problems of the
 pipeline model (send times, activation memory) get no rules: there a stage's time depends on the
-edges it sends. Checked against brute force on small random graphs in ``tests/test_stage_reduce.py``.
+edges it sends. (Training memory's working-set and optimizer-step terms are maxima over a stage's
+nodes: a merge that takes its members' maxima, as `incsched.graph.coarsen.quotient` does, keeps
+every stage's bytes, and `StageProblem.node_memory_coef`, which the bounds' stage ranges read,
+counts them for a node alone, a true lower bound on any stage holding it.) Checked against brute force on small random graphs in ``tests/test_stage_reduce.py``.
 
 Valid for the whole problem, and for a model restricted to a window that holds every answer at
 least as good as some answer (the precedence window of `incsched.bounds.stage`): every move keeps

@@ -27,7 +27,7 @@ from .assemble import assemble, describe_params
 from .granularity import group_by_units, parse_granularity, unit_modules
 from .models import known_fix
 from .profile import profile_nodes
-from .saved import saved_tensor_bytes
+from .saved import training_bytes
 from .trace import trace
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,9 @@ def capture(
     name : str, optional
         Model name for the graph and errors; default the model's class name.
     training : bool
-        For training mode: run the graph once more with gradients on and record ``saved_bytes``
-        (holding one batch's saved activations); with ``measure``, also time each op's backward
+        For training mode: run the graph once more with gradients on, and backward, and record
+        ``saved_bytes`` (holding one batch's saved activations), ``work_bytes`` (each node's
+        working set beyond them) and ``largest_weight_bytes`` (`incsched.capture.saved`); with ``measure``, also time each op's backward
         pass through autograd on its recorded inputs (`incsched.capture.profile`; a layer node sums
         its ops'). Without it, training mode estimates activations from ``out_bytes`` and backward
         as twice the forward, and says so.
@@ -171,10 +172,11 @@ def capture(
     asm = assemble(traced.graph_module, profile, name=name)
     if training:
         try:
-            saved = saved_tensor_bytes(traced.graph_module, traced.flat_inputs)
+            held = training_bytes(traced.graph_module, traced.flat_inputs)
         except Exception as err:  # a graph that runs without gradients may still fail with them
             raise CaptureError(f"{name}: running the traced graph with gradients failed: {type(err).__name__}: {err}") from err
-        asm.graph = asm.graph.replace(saved_bytes=[saved.get(nm, 0) for nm in asm.graph.names])
+        asm.graph = asm.graph.replace(**{column: [held[key].get(nm, 0) for nm in asm.graph.names] for column, key in
+                                         (("saved_bytes", "saved"), ("work_bytes", "work"), ("largest_weight_bytes", "largest_weight"))})
     if grouping == "op":
         graph = apply_coarsening(asm.graph, coarsen, scopes=[asm.module_paths[nm] for nm in asm.graph.names])
         # a node is named after one of its fx nodes: its module, so an export can name where a cut falls

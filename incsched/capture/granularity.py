@@ -236,6 +236,8 @@ def group_by_units(
         compute_time={kind: t[order] for kind, t in grouped.compute_time.items()},
         backward_time={kind: t[order] for kind, t in grouped.backward_time.items()},
         saved_bytes=None if grouped.saved_bytes is None else grouped.saved_bytes[order],
+        work_bytes=None if grouped.work_bytes is None else grouped.work_bytes[order],
+        largest_weight_bytes=None if grouped.largest_weight_bytes is None else grouped.largest_weight_bytes[order],
         members=[grouped.members[i] for i in order],
         shared_weights=[{"name": w.name, "bytes": w.nbytes, "read_by": [int(position[v]) for v in w.readers]} for w in grouped.shared_weights],
         name=graph.name,

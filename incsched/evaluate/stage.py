@@ -286,14 +286,16 @@ def _grad_sync_s(problem: StageProblem, replicated: dict[str, list[int]]) -> flo
 
 
 def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, last: np.ndarray, params: list) -> tuple[int, ...]:
-    """Each stage's training bytes (`incsched.problems.training`'s notes), in Python ints.
+    """Each stage's training bytes (`incsched.problems.training`'s notes), in Python ints:
+    ``factor * params_k + max(acts_k + work_k, step_k)``, work the largest working set of the
+    stage's nodes less what the micro-batch's backward freed before it (`training.peak_work`) and
+    step the largest optimizer-step temporaries (0 on an empty stage).
 
-    Without recompute: ``factor * params_k + stashed_k * acts_k``, acts the stage's stash bytes
-    (saved for backward where measured, else output bytes). With it: ``factor * params_k +
-    rebuilt_k + stashed_k * (inputs_k + received_k)``: rebuilt the stash bytes of the stage's
-    nodes but its sources, inputs the source nodes' outputs on k (the model's inputs, kept, not
-    rebuilt) and received the values crossing the boundary before k (a difference array over
-    boundaries).
+    ``acts_k`` without recompute: ``stashed_k * stash_k``, the stage's stash bytes (saved for
+    backward where measured, else output bytes). With it: ``rebuilt_k + stashed_k * (inputs_k +
+    received_k)``: rebuilt the stash bytes of the stage's nodes but its sources, inputs the source
+    nodes' outputs on k (the model's inputs, kept, not rebuilt) and received the values crossing
+    the boundary before k (a difference array over boundaries).
     """
     g, K = problem.graph, problem.n_stages
     factor = training.param_factor(problem.optimizer)
@@ -301,23 +303,32 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
     stash = training.stash_bytes(g).tolist()
     source = (g.in_degree == 0).tolist()
     acts = [0] * K
+    work, step = [0] * K, [0] * K
     for v, k in enumerate(s.tolist()):
         if not (problem.recompute and source[v]):
             acts[k] += int(stash[v])
+    on: list[list[int]] = [[] for _ in range(K)]
+    for v, (k, t) in enumerate(zip(s.tolist(), problem.step_coef.tolist())):
+        on[k].append(v)
+        step[k] = max(step[k], t)
+    w_all, release = problem.work_coef.tolist(), training.release_bytes(g, problem.recompute).tolist()
+    work = [training.peak_work(nodes, w_all, release) for nodes in on]
     if not problem.recompute:
-        return tuple(factor * int(m) + f * a for m, f, a in zip(params, stashed, acts))
-    inputs = [0] * K
-    for v in np.flatnonzero(source).tolist():
-        inputs[int(s[v])] += int(g.out_bytes[v])
-    crossing = [0] * (K + 1)  # crossing[b]: bytes of the values sent over boundary b (stage b to b + 1)
-    for u in sends.tolist():
-        crossing[int(s[u])] += int(g.out_bytes[u])
-        crossing[int(last[u])] -= int(g.out_bytes[u])
-    received, running = [0] * K, 0
-    for k in range(1, K):
-        running += crossing[k - 1]
-        received[k] = running
-    return tuple(factor * int(m) + a + f * (i + r) for m, a, f, i, r in zip(params, acts, stashed, inputs, received))
+        held = [f * a for f, a in zip(stashed, acts)]
+    else:
+        inputs = [0] * K
+        for v in np.flatnonzero(source).tolist():
+            inputs[int(s[v])] += int(g.out_bytes[v])
+        crossing = [0] * (K + 1)  # crossing[b]: bytes of the values sent over boundary b (stage b to b + 1)
+        for u in sends.tolist():
+            crossing[int(s[u])] += int(g.out_bytes[u])
+            crossing[int(last[u])] -= int(g.out_bytes[u])
+        received, running = [0] * K, 0
+        for k in range(1, K):
+            running += crossing[k - 1]
+            received[k] = running
+        held = [a + f * (i + r) for a, f, i, r in zip(acts, stashed, inputs, received)]
+    return tuple(training.training_peak(int(m), h, w, t, factor) for m, h, w, t in zip(params, held, work, step))
 
 
 def _as_stage_array(stages, n: int) -> np.ndarray:

@@ -132,6 +132,11 @@ def quotient(
         np.add.at(acc, group, values)
         return acc
 
+    def largest(values: np.ndarray) -> np.ndarray:
+        acc = np.zeros(n_groups, dtype=values.dtype)
+        np.maximum.at(acc, group, values)
+        return acc
+
     out_bytes = summed(np.where(exported, graph.out_bytes, 0).astype(np.int64))
 
     if graph.members is not None:
@@ -168,6 +173,12 @@ def quotient(
         compute_time={kind: summed(t) for kind, t in graph.compute_time.items()},
         backward_time={kind: summed(t) for kind, t in graph.backward_time.items()},
         saved_bytes=None if graph.saved_bytes is None else summed(graph.saved_bytes),
+        # A merged node's members run one after another, and each one's working set was measured
+        # with every other pending value live, so the group needs the largest, not the sum (met by
+        # the whole group's stash: an upper bound when an earlier member works most, see
+        # incsched.problems.training); and its largest weight tensor is its members' largest.
+        work_bytes=None if graph.work_bytes is None else largest(graph.work_bytes),
+        largest_weight_bytes=None if graph.largest_weight_bytes is None else largest(graph.largest_weight_bytes),
         members=members,
         shared_weights=shared,
         name=graph.name,

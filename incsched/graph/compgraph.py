@@ -69,6 +69,16 @@ class CompGraph:
         Bytes of the activations autograd saves for each node's backward, per micro-batch
         (measured by ``capture(..., training=True)``); None when not measured, and training mode
         then counts ``out_bytes`` instead, as an estimate.
+    work_bytes : sequence of int, optional
+        Training: bytes node v's forward or backward holds at once beyond the weights, their
+        gradients and the saved activations (the gradients of activations, a weight's gradient
+        before it is accumulated, temporaries; the loss's when the graph computes it), per
+        micro-batch (measured by ``capture(..., training=True)``); None when not measured, and
+        training mode then estimates it (`incsched.problems.training.work_bytes`).
+    largest_weight_bytes : sequence of int, optional
+        Training: bytes of the largest single weight tensor node v reads, shared weights included
+        (what an optimizer stepping one tensor at a time needs temporaries for); None when not
+        measured, and training mode then takes all the weights v reads, an upper bound.
     members : sequence of sequence of str, optional
         For captured graphs: the torch.fx node names each node stands for (after coarsening).
     shared_weights : sequence of SharedWeight or of mapping, optional
@@ -108,6 +118,8 @@ class CompGraph:
         compute_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
         backward_time: Mapping[str, Sequence[float] | np.ndarray] | None = None,
         saved_bytes: Sequence[int] | np.ndarray | None = None,
+        work_bytes: Sequence[int] | np.ndarray | None = None,
+        largest_weight_bytes: Sequence[int] | np.ndarray | None = None,
         members: Sequence[Sequence[str]] | None = None,
         shared_weights: Sequence[SharedWeight | Mapping[str, Any]] | None = None,
         name: str = "graph",
@@ -133,6 +145,9 @@ class CompGraph:
         self.compute_time: Mapping[str, np.ndarray] = _check_times("compute_time", compute_time, n, self.names)
         self.backward_time: Mapping[str, np.ndarray] = _check_times("backward_time", backward_time, n, self.names)
         self.saved_bytes: np.ndarray | None = None if saved_bytes is None else _check_costs("saved_bytes", saved_bytes, n, self.names, integral=True)
+        self.work_bytes: np.ndarray | None = None if work_bytes is None else _check_costs("work_bytes", work_bytes, n, self.names, integral=True)
+        self.largest_weight_bytes: np.ndarray | None = (
+            None if largest_weight_bytes is None else _check_costs("largest_weight_bytes", largest_weight_bytes, n, self.names, integral=True))
         self.members: tuple[tuple[str, ...], ...] | None = None
         if members is not None:
             if len(members) != n:
@@ -469,6 +484,8 @@ class CompGraph:
             "compute_time": self.compute_time,
             "backward_time": self.backward_time,
             "saved_bytes": self.saved_bytes,
+            "work_bytes": self.work_bytes,
+            "largest_weight_bytes": self.largest_weight_bytes,
             "members": self.members,
             "shared_weights": self.shared_weights,
             "name": self.name,
@@ -551,8 +568,11 @@ class CompGraph:
             )
             and all(np.array_equal(v, other.compute_time[k]) for k, v in self.compute_time.items())
             and self.backward_time.keys() == other.backward_time.keys()
-            and (self.saved_bytes is None) == (other.saved_bytes is None)
-            and (self.saved_bytes is None or np.array_equal(self.saved_bytes, other.saved_bytes))
+            and all(
+                (getattr(self, f) is None) == (getattr(other, f) is None)
+                and (getattr(self, f) is None or np.array_equal(getattr(self, f), getattr(other, f)))
+                for f in ("saved_bytes", "work_bytes", "largest_weight_bytes")
+            )
             and all(np.array_equal(v, other.backward_time[k]) for k, v in self.backward_time.items())
         )
 
@@ -576,6 +596,9 @@ class CompGraph:
             }
             if self.compute_time:
                 attrs["compute_time"] = {k: float(v[i]) for k, v in self.compute_time.items()}
+            for column in ("saved_bytes", "work_bytes", "largest_weight_bytes"):  # training's measured bytes
+                if getattr(self, column) is not None:
+                    attrs[column] = int(getattr(self, column)[i])
             if self.members is not None:
                 attrs["members"] = list(self.members[i])
             g.add_node(nm, **attrs)
@@ -604,6 +627,8 @@ class CompGraph:
                 raise GraphError(f"compute_time[{kind!r}] is missing on node {missing[0]!r}")
             compute_time[kind] = [d["compute_time"][kind] for d in data]
         has_members = any("members" in d for d in data)
+        # A training column comes back only when every node has it (it was measured for the graph).
+        columns = {c: [d[c] for d in data] for c in ("saved_bytes", "work_bytes", "largest_weight_bytes") if data and all(c in d for d in data)}
         out_bytes = [d.get("out_bytes", 0) for d in data]
         pos = {v: i for i, v in enumerate(nodes)}
         edges = list(g.edges(data=True))
@@ -620,6 +645,7 @@ class CompGraph:
             out_bytes=out_bytes,
             edge_bytes=edge_bytes,
             compute_time=compute_time,
+            **columns,
             members=[d.get("members", []) for d in data] if has_members else None,
             shared_weights=g.graph.get("shared_weights"),
             name=name if name is not None else str(g.graph.get("name") or "graph"),

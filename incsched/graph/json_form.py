@@ -37,8 +37,9 @@ def graph_to_dict(graph: CompGraph) -> dict[str, Any]:
     }
     if graph.compute_time:
         nodes["compute_time"] = {k: v.tolist() for k, v in sorted(graph.compute_time.items())}
-    if graph.saved_bytes is not None:
-        nodes["saved_bytes"] = graph.saved_bytes.tolist()
+    for column in ("saved_bytes", "work_bytes", "largest_weight_bytes"):  # training's measured bytes, when measured
+        if getattr(graph, column) is not None:
+            nodes[column] = getattr(graph, column).tolist()
     if graph.backward_time:
         nodes["backward_time"] = {k: v.tolist() for k, v in sorted(graph.backward_time.items())}
     if graph.members is not None:
@@ -136,6 +137,8 @@ def graph_fields(data: Any, *, source: str = "graph", limits: InputLimits | None
         compute_time=compute_time,
         backward_time=backward_time,
         saved_bytes=_whole(_optional(nodes, "saved_bytes", list, source, None, "nodes."), "nodes.saved_bytes", names, source),
+        work_bytes=_whole(_optional(nodes, "work_bytes", list, source, None, "nodes."), "nodes.work_bytes", names, source),
+        largest_weight_bytes=_whole(_optional(nodes, "largest_weight_bytes", list, source, None, "nodes."), "nodes.largest_weight_bytes", names, source),
         members=members,
         shared_weights=shared,
         name=name,

@@ -69,6 +69,9 @@ accessors and changes what they hold: ``stage_memory_coef`` charges parameters t
 optimizer's ``param_factor`` (gradients and optimizer state; a shared weight held on a stage is
 multiplied by the same factor) and the activations the ``schedule`` stashes for backward
 (``in_flight``), ``stage_input_coef`` the inputs kept under ``recompute``;
+a stage also holds a node's working set (`work_coef`) on top of its stash less what the nodes after
+it released (`release_coef`), or, when the optimizer steps, the largest step temporaries
+(`step_coef`), whichever is more;
 ``node_ticks`` are forward plus backward; ``send_ticks`` carry each crossed value forward and its
 gradient back. The objective stays ``stage_time_peak``: a step is `step_slots` of it.
 """
@@ -525,6 +528,8 @@ class StageProblem:
         f = self.in_flight()
         stash = int(self._stash().sum())
         worst = self.param_factor * g.total_param_bytes + (max(f) + max(self.stage_input_coef)) * max(stash, int(g.out_bytes.sum()))
+        if self.training:  # the working set or the optimizer step on top
+            worst += int(self.work_coef.max(initial=0)) + int(self.step_coef.max(initial=0))
         if worst > MAX_TOTAL_BYTES:
             raise ProblemError(
                 f"stage problem on graph {self.graph.name!r}: parameters plus {max(f)} micro-batches of activations "
@@ -540,14 +545,46 @@ class StageProblem:
     @cached_property
     def node_memory_coef(self) -> np.ndarray:
         """Memory of node v alone on stage k: `stage_memory_coef` plus the shared weights v reads
-        (times `param_factor` in training: their gradients and optimizer state too).
+        (times `param_factor` in training: their gradients and optimizer state too), and in
+        training its working set or its optimizer step, whichever is more
+        (``factor * weights_v + max(acts_v + work_coef[v], step_coef[v])``).
 
-        The least stage k holds when v sits on it (int64, read-only); without shared weights it is
-        `stage_memory_coef`.
+        The least stage k holds when v sits on it (int64, read-only); without shared weights, in
+        inference, it is `stage_memory_coef`.
         """
-        if not self.graph.shared_weights:
+        if not self.graph.shared_weights and not self.training:
             return self.stage_memory_coef
         out = self.stage_memory_coef + self.param_factor * (self.graph.node_weight_bytes - self.graph.param_bytes)[:, None]
+        if self.training:
+            own = self.param_factor * self.graph.node_weight_bytes.astype(np.int64)[:, None]
+            out = np.maximum(out + self.work_coef[:, None], own + self.step_coef[:, None])
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def work_coef(self) -> np.ndarray:
+        """Training: bytes node v's forward or backward holds beyond weights and stash
+        (`incsched.problems.training.work_bytes`); a stage adds the largest of its nodes' on top of
+        its stash. All 0 in inference. int64, read-only."""
+        out = training.work_bytes(self.graph) if self.training else np.zeros(self.graph.n_nodes, dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def release_coef(self) -> np.ndarray:
+        """Training: bytes node v's backward frees of the micro-batch it runs on
+        (`incsched.problems.training.release_bytes`): a stage's working set at v comes on top of its
+        activations less what its nodes after v released. All 0 in inference. int64, read-only."""
+        out = training.release_bytes(self.graph, self.recompute) if self.training else np.zeros(self.graph.n_nodes, dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def step_coef(self) -> np.ndarray:
+        """Training: bytes the optimizer's step holds for node v's largest weight tensor
+        (`incsched.problems.training.step_bytes`); a stage's step peak is its parameters' bytes plus
+        the largest of its nodes'. All 0 in inference. int64, read-only."""
+        out = training.step_bytes(self.graph, self.optimizer) if self.training else np.zeros(self.graph.n_nodes, dtype=np.int64)
         out.setflags(write=False)
         return out
 
@@ -594,7 +631,9 @@ class StageProblem:
         if self.memory is None:
             return None
         acts = int(self.graph.out_bytes.sum())
-        most = [int(m) + c * acts + self.param_factor * self.shared_bytes for m, c in zip(self.stage_memory_coef.sum(axis=0).tolist(), self.stage_input_coef)]
+        peak = int(self.work_coef.max(initial=0)) + int(self.step_coef.max(initial=0))  # training's max terms, at most both
+        most = [int(m) + c * acts + self.param_factor * self.shared_bytes + peak
+                for m, c in zip(self.stage_memory_coef.sum(axis=0).tolist(), self.stage_input_coef)]
         return tuple(min(int(c), most[k]) for k, c in enumerate(self.memory))
 
     @property
@@ -720,7 +759,7 @@ class StageProblem:
             return (
                 f"node {g.names[v]!r} needs {int(alone[v].min())} bytes of memory on any stage "
                 f"({int(g.node_weight_bytes[v])} parameter bytes{self._factor_note()} plus its activations of {int(self._stash()[v])} bytes times the "
-                f"micro-batches in flight), more than any stage's memory (largest {max(self.memory)} bytes)"
+                f"micro-batches in flight{self._peak_note(v)}), more than any stage's memory (largest {max(self.memory)} bytes)"
             )
         # Every stage keeps at least one micro-batch and every shared weight is held somewhere;
         # in training each node at its cheapest stage.
@@ -738,6 +777,11 @@ class StageProblem:
     def _stash(self) -> np.ndarray:
         """Activation bytes per node and micro-batch: what training stashes, else the outputs in flight."""
         return training.stash_bytes(self.graph) if self.training else self.graph.out_bytes
+
+    def _peak_note(self, v: int) -> str:
+        if not self.training:
+            return ""
+        return f", then its working set of {int(self.work_coef[v])} bytes, or the optimizer step's {int(self.step_coef[v])}"
 
     def _factor_note(self) -> str:
         return f" times {self.param_factor} for gradients and {self.optimizer} state" if self.training else ""

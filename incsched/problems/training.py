@@ -21,6 +21,30 @@ The model, stage k of K (0-based), M micro-batches:
   rebuilt for the backward pass being run: ``(acts_k - sources_k) + in_flight(k) * (received_k +
   sources_k)``. What a stage receives is kept as it arrives (``torch.distributed.pipelining``'s
   stages cache their inputs per micro-batch), values only passing through included.
+- *Working set and optimizer step.* Stage memory peaks at one of two moments. While a node v's
+  forward or backward runs, the stage holds, beyond the weights and its activations, v's working
+  set (`work_bytes`: the gradients of activations in flight, a weight's gradient before it is
+  accumulated, temporaries); but by then the backward of the micro-batch being run has already
+  freed what the stage's nodes after v saved (`release_bytes`: their stash, or under recompute
+  their rebuilt activations; "after" in the graph's node order, the order capture ran them in).
+  While the optimizer steps, the stash is gone and the step's temporaries for one weight tensor
+  are live (`step_bytes`: the preset's ``step_factor`` times the largest weight tensor, for
+  torch's one-tensor-at-a-time ``foreach=False`` step). So stage k holds
+
+      factor * params_k + max(acts_k + max(0, max_v (work_v - released_k after v)), max_v step_v)
+
+  over its nodes v (every max 0 on an empty stage; the stage's last node gives a term >= 0, so
+  the inner 0 only matters there; `training_peak`). Each term is linear in a model's placement
+  variables: ``mem >= base + work_v x[v, k] - sum_{u > v} release_u x[u, k]`` holds for every v
+  whether or not v sits on k (without v it is weaker than ``base <= mem``), and
+  ``mem >= own + step_v x[v, k]``. Merging a run of consecutive nodes keeps the figure when the
+  merged node's working set is its members' largest with the release after each counted, which
+  `incsched.graph.coarsen.quotient`'s plain maximum over-counts at most (a safe merge).
+- *The loss.* It enters as part of the graph, measured: capture the model called with its labels
+  (as ``benchmarks/fidelity.py`` does), and the loss joins the last layer's node, whose stash
+  (log-probabilities) and working set (the logits' gradient, softmax temporaries) then include
+  it. A graph captured without its loss leaves the loss's bytes out (about 3-4 times one
+  micro-batch's logits, on the last stage); estimated working sets do not add them either.
 - *Time.* Forward plus backward seconds per node (`training_seconds`): backward measured where
   capture measured it (``CompGraph.backward_time``), else estimated as twice the forward (the
   standard rule: a backward pass computes the gradients of the inputs and of the weights, each
@@ -63,6 +87,13 @@ __all__ = [
     "backward_source",
     "training_seconds",
     "step_slots",
+    "work_bytes",
+    "work_source",
+    "largest_weight_bytes",
+    "step_bytes",
+    "release_bytes",
+    "peak_work",
+    "training_peak",
 ]
 
 #: How a stage problem runs: forward only, or forward, backward and an optimizer step.
@@ -92,16 +123,22 @@ class OptimizerPreset:
     param_factor: int
     param_dtype: str
     rule: str
+    step_factor: int = 0
+    step_rule: str = ""
 
 
 #: The named presets (ZeRO, Rajbhandari et al. 2020, section 3.1, counts mixed-precision Adam as 16 bytes per parameter).
 OPTIMIZERS: dict[str, OptimizerPreset] = {
     p.name: p
     for p in (
-        OptimizerPreset("adam-fp32", 4, "fp32", "fp32 params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per 4-byte param"),
-        OptimizerPreset("adam-mixed", 8, "bf16", "bf16 params 2 + grads 2 + fp32 master 4 + m 4 + v 4 = 16 bytes per 2-byte param"),
-        OptimizerPreset("sgd-momentum-fp32", 3, "fp32", "fp32 params 4 + grads 4 + momentum 4 = 12 bytes per 4-byte param"),
-        OptimizerPreset("sgd-fp32", 2, "fp32", "fp32 params 4 + grads 4 = 8 bytes per 4-byte param"),
+        OptimizerPreset("adam-fp32", 4, "fp32", "fp32 params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per 4-byte param",
+                        2, "measured: torch Adam(foreach=False) holds sqrt(v) and its quotient, 2 tensors' bytes"),
+        OptimizerPreset("adam-mixed", 8, "bf16", "bf16 params 2 + grads 2 + fp32 master 4 + m 4 + v 4 = 16 bytes per 2-byte param",
+                        6, "estimated: an fp32 copy of the gradient and Adam's 2 fp32 temporaries, 12 bytes per 2-byte param"),
+        OptimizerPreset("sgd-momentum-fp32", 3, "fp32", "fp32 params 4 + grads 4 + momentum 4 = 12 bytes per 4-byte param",
+                        0, "measured: torch SGD(momentum, foreach=False) updates in place"),
+        OptimizerPreset("sgd-fp32", 2, "fp32", "fp32 params 4 + grads 4 = 8 bytes per 4-byte param",
+                        0, "measured: torch SGD(foreach=False) updates in place"),
     )
 }
 
@@ -260,3 +297,63 @@ def step_slots(schedule: str, n_stages: int, micro_batches: int) -> int | Fracti
     kind, v = parse_schedule(schedule)
     slots = Fraction(micro_batches) + Fraction(n_stages - 1, v)
     return int(slots) if slots.denominator == 1 else slots
+
+
+def work_bytes(graph: CompGraph) -> np.ndarray:
+    """Bytes node v's forward or backward holds beyond the weights, their gradients and the stash
+    (int64): ``CompGraph.work_bytes`` where capture measured them, else an estimate: the gradients
+    of its output and of its inputs (the bytes of its incoming edges) and of the weights it reads
+    (one gradient before it is accumulated): ``out_bytes + in_bytes + node_weight_bytes``.
+    `work_source` says which."""
+    if graph.work_bytes is not None:
+        return graph.work_bytes.astype(np.int64)
+    incoming = np.zeros(graph.n_nodes, dtype=np.int64)
+    np.add.at(incoming, graph.dst, graph.edge_bytes.astype(np.int64))
+    return graph.out_bytes.astype(np.int64) + incoming + graph.node_weight_bytes.astype(np.int64)
+
+
+def work_source(graph: CompGraph) -> str:
+    """Where `work_bytes` come from, for reports."""
+    if graph.work_bytes is not None:
+        return "measured (live bytes in each node's forward and backward)"
+    return "estimated (output, input and weight gradients)"
+
+
+def largest_weight_bytes(graph: CompGraph) -> np.ndarray:
+    """Bytes of the largest weight tensor node v reads, shared ones included (int64): measured
+    (``CompGraph.largest_weight_bytes``), else all the weights it reads (`CompGraph.node_weight_bytes`),
+    an upper bound."""
+    if graph.largest_weight_bytes is not None:
+        return graph.largest_weight_bytes.astype(np.int64)
+    return graph.node_weight_bytes.astype(np.int64)
+
+
+def step_bytes(graph: CompGraph, optimizer: str) -> np.ndarray:
+    """Temporaries of the optimizer's step on node v's largest weight tensor: ``step_factor * largest_weight_bytes`` (int64)."""
+    return OPTIMIZERS[optimizer].step_factor * largest_weight_bytes(graph)
+
+
+def release_bytes(graph: CompGraph, recompute: bool) -> np.ndarray:
+    """Bytes node v's backward frees of the micro-batch it runs on (int64): its `stash_bytes`, and
+    under recompute 0 for a source node (a model input, kept per micro-batch in flight)."""
+    out = stash_bytes(graph).astype(np.int64)
+    if recompute:
+        out = np.where(graph.in_degree == 0, 0, out)
+    return out
+
+
+def peak_work(nodes: list[int], work: list[int], release: list[int]) -> int:
+    """``max(0, max_v (work[v] - release of the nodes after v))`` over one stage's ``nodes`` in the
+    graph's node order (Python ints; 0 for an empty stage): what the working set adds to a stage's
+    activations at its peak (the module notes)."""
+    best, after = 0, 0
+    for v in sorted(nodes, reverse=True):
+        best = max(best, work[v] - after)
+        after += release[v]
+    return best
+
+
+def training_peak(params: int, acts: int, work: int, step: int, factor: int) -> int:
+    """A stage's training bytes from its parts (Python ints): ``factor * params + max(acts + work, step)``,
+    ``work`` from `peak_work` and ``step`` the largest of the stage's nodes' (the module notes)."""
+    return factor * params + max(acts + work, step)

@@ -217,7 +217,7 @@ def check_model_range(problem: StageProblem, weights: dict[str, int] | None = No
         acts = int(problem.graph.out_bytes.sum())  # training with recompute: plus the values a stage receives
         sums["one stage's parameters and activations in flight"] = max(
             (int(m) + c * acts for m, c in zip(problem.stage_memory_coef.sum(axis=0).tolist(), problem.stage_input_coef)), default=0
-        ) + problem.param_factor * problem.shared_bytes
+        ) + problem.param_factor * problem.shared_bytes + int(problem.work_coef.max(initial=0)) + int(problem.step_coef.max(initial=0))
     for what, size in sums.items():
         if size > CPSAT_LIMIT:
             raise ProblemError(
@@ -516,18 +516,72 @@ class _StageModel:
         Training with recompute adds ``stage_input_coef[k]`` times the bytes stage k receives: a
         value u crosses boundary b = k - 1 when s_u <= b < s_v for a reader v; ``cross[u,b] >=
         [s_v > b] - [s_u > b]`` for each reader suffices, since a capacity is only ever helped by
-        a smaller ``cross``.
+        a smaller ``cross``. Training's peak ``factor * params_k + max(acts_k + work_k, step_k)``
+        is two sets of rows, one per side of the max: a row per node for the working set
+        (`_working_sets`), and one for the step, whose max over the stage's nodes is a variable
+        bounded below by ``step_v [s_v == k]`` (`_stage_max`; a capacity only gains from it being
+        least, so the bound is as good as the equality).
         """
         coef, extra = self.problem.stage_memory_coef, self.problem.stage_input_coef
         factor = self.problem.param_factor  # a shared weight's gradient and optimizer state, in training
         out = self.problem.graph.out_bytes
         most = coef.sum(axis=0) + factor * self.problem.shared_bytes
+        work, step = self.problem.work_coef, self.problem.step_coef  # all 0 in inference
         kept = np.flatnonzero(self._kept_values()).tolist() if any(extra) else []
+        own = factor * np.repeat(self.problem.graph.param_bytes.astype(np.int64)[:, None], self.K, axis=1) if step.any() else None
         for k, cap in enumerate(self.problem.effective_memory):
-            if cap >= int(most[k]) + extra[k] * int(out.sum()):  # at least everything constrains nothing
+            # at least everything constrains nothing
+            if cap < int(most[k]) + extra[k] * int(out.sum()) + int(work.max(initial=0)):
+                received = sum(int(out[u]) * self._crossing(u, k - 1) for u in kept) if extra[k] else 0
+                base = self._with_shared(self._stage_sum(coef, k) + extra[k] * received, k, factor)
+                if work.any():
+                    self._working_sets(base, k, cap, int(most[k]) + extra[k] * int(out.sum()))
+                else:
+                    self.model.Add(base <= cap)
+            if own is not None and cap < int(own[:, k].sum()) + factor * self.problem.shared_bytes + int(step.max()):
+                self.model.Add(self._with_shared(self._stage_sum(own, k), k, factor) + self._stage_max(step, k, "step") <= cap)
+
+    def _working_sets(self, base, k: int, cap: int, most: int) -> None:
+        """base <= cap, and for every node v that may sit on k: base + work_v [s_v == k] - (what
+        the nodes on k after v release) <= cap (`incsched.problems.training`'s notes: without v on
+        k the row is weaker than the first). The releases after v are a chain of running sums, so
+        each row has four terms."""
+        work, release = self.problem.work_coef, self.problem.release_coef
+        total = self.model.NewIntVar(0, most, f"mem_base[{k}]")
+        self.model.Add(total == base)
+        self.model.Add(total <= cap)
+        after, room = 0, 0  # sum of release_u [s_u == k] over the nodes after v, and its largest value
+        for v in range(len(work) - 1, -1, -1):
+            x = self.on_stage[v]
+            lit = x[k] if x is not None and k in x else int(self.fixed_stage[v] == k) if x is None else 0
+            if isinstance(lit, int) and lit == 0:
                 continue
-            received = sum(int(out[u]) * self._crossing(u, k - 1) for u in kept) if extra[k] else 0
-            self.model.Add(self._with_shared(self._stage_sum(coef, k) + extra[k] * received, k, factor) <= cap)
+            if work[v]:
+                self.model.Add(total + int(work[v]) * lit - after <= cap)
+            if release[v]:
+                room += int(release[v])
+                running = self.model.NewIntVar(0, room, f"released[{k},{v}]")
+                self.model.Add(running == after + int(release[v]) * lit)
+                after = running
+
+    def _stage_max(self, values: np.ndarray, k: int, name: str):
+        """At least max_v values[v] [stage_v == k] (0 on an empty stage): a constant where the domains
+        decide it, else a variable bounded below by each node's term (one per literal: merged nodes
+        share theirs)."""
+        floor = int(values[self.fixed_stage == k].max(initial=0))
+        lits: dict[int, tuple[object, int]] = {}
+        for v, x in enumerate(self.on_stage):
+            if x is not None and k in x and values[v] > floor:
+                i = x[k].Index()
+                if i not in lits or lits[i][1] < values[v]:
+                    lits[i] = (x[k], int(values[v]))
+        if not lits:
+            return floor
+        top = max(c for _, c in lits.values())
+        m = self.model.NewIntVar(floor, top, f"{name}[{k}]")
+        for lit, c in lits.values():
+            self.model.Add(m >= c * lit)
+        return m
 
     def _kept_values(self) -> np.ndarray:
         """Nodes whose value has bytes and a reader: those a stage under recompute may receive and keep."""

@@ -95,6 +95,8 @@ def solve_stage_milp(
     if problem.weights.stage_time_peak > 0:
         # Its sends need a Boolean per value and stage; CP-SAT has them and is the back end that certifies.
         raise ProblemError("the MILP back end does not model the pipeline's stage_time_peak term; solve it with CP-SAT")
+    if problem.memory is not None and any(problem.stage_input_coef):
+        raise ProblemError("the MILP back end does not model the inputs a stage keeps under recompute; solve it with CP-SAT")
     start = time.perf_counter()
     name = f"milp-{backend}"
     info: dict = {"time_unit": problem.time_unit}
@@ -167,7 +169,8 @@ def _check_range(problem: StageProblem, ints: dict[str, int]) -> None:
     worst = sum(c * ub[t] for t, c in ints.items() if c)
     longest = max(ub["mem_peak"], ub["compute_peak"] if ints["compute_peak"] else 0, 2 * ub["comm_peak"])
     if problem.memory is not None:
-        longest = max(longest, int(problem.stage_memory_coef.sum(axis=0).max(initial=0)) + problem.shared_bytes)
+        longest = max(longest, int(problem.stage_memory_coef.sum(axis=0).max(initial=0)) + problem.param_factor * problem.shared_bytes
+                      + int(problem.work_coef.max(initial=0)) + int(problem.step_coef.max(initial=0)))
     for what, size in (("the objective's range", worst), ("a linear sum", longest)):
         if size > MILP_LIMIT:
             raise ProblemError(
@@ -248,11 +251,28 @@ def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
     if g.shared_weights:
         mem = [mem[k] + shared[k] for k in range(K)]
     if problem.memory is not None:
-        coef = problem.stage_memory_coef
-        most = coef.sum(axis=0) + problem.shared_bytes
+        # Training: factor x (parameters and shared weights) + max(stash + work_k, step_k): one row per
+        # node for the working set, an epigraph variable for the step (all 0 in inference).
+        coef, factor = problem.stage_memory_coef, problem.param_factor
+        work, step = problem.work_coef, problem.step_coef
+        most = coef.sum(axis=0) + factor * problem.shared_bytes
+
+        release = problem.release_coef
         for k, cap in enumerate(problem.effective_memory):
-            if cap < int(most[k]):
-                prob += stage_load(k, coef[:, k]) + shared[k] <= cap, f"memory_{k}"
+            if cap < int(most[k]) + int(work.max(initial=0)):
+                base = stage_load(k, coef[:, k]) + factor * shared[k]
+                prob += base <= cap, f"memory_{k}"
+                # at v: base + work_v on[v, k] - what the nodes on k after v released (weaker than base <= cap without v)
+                for v in range(g.n_nodes):
+                    if (v, k) in on and work[v]:
+                        after = pulp.lpSum(int(release[u]) * on[u, k] for u in range(v + 1, g.n_nodes) if (u, k) in on and release[u])
+                        prob += base + int(work[v]) * on[v, k] - after <= cap, f"memory_{k}_{v}"
+            if step.any() and cap < factor * total + int(step.max()):
+                top = _variable(prob, f"step_{k}", lowBound=0)
+                for v in range(g.n_nodes):
+                    if (v, k) in on and step[v]:
+                        prob += top >= int(step[v]) * on[v, k], f"step_{k}_{v}"
+                prob += factor * mem[k] + top <= cap, f"memory_step_{k}"
     objective = []
     if problem.capacity is not None:
         for k in range(K):
