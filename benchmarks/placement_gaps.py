@@ -372,6 +372,18 @@ def run_offline(args) -> int:
     return 0
 
 
+def optima_table(data: dict) -> list[str]:
+    """The offline file in a markdown table: per instance the best schedule, the best bound, and what proved it."""
+    lines = ["| instance | ops | D | best makespan | found by | best bound | proof | gap | seconds spent |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in [n for n in INSTANCES if n in data["instances"]]:
+        e = data["instances"][name]
+        ub, lb = e["upper"]["ticks"], e["lower"]["ticks"]
+        lines.append(f"| {name} | {e['ops']} | {len(e['devices'])} | {ub} | {e['upper']['found_by']} | {lb} |"
+                     f" {e['lower']['proof']['method']} | {(ub - lb) / ub:.1%} | {e['seconds_total']:.0f} |")
+    return lines
+
+
 # ---------------------------------------------------------------------- the measurement
 
 
@@ -425,7 +437,7 @@ def measure(name: str, recipe: dict, args, optima: dict) -> dict:
     return row
 
 
-HEAD = (f"{'instance':<22}{'ops':>4}{'D':>3}  {'CPL':>9}{'rl':>9}{'inc-ilp':>9}{'LB':>9}{'gap':>7}{'vs CPL':>8}  {'prov':<5}{'clock':<6}"
+HEAD = (f"{'instance':<22}{'ops':>4}{'D':>3}  {'CPL':>9}{'rl':>9}{'inc-ilp':>9}{'LB':>9}{'gap':>7}{'vs CPL':>8}  {'prov':<5}{'clock':<11}"
         f"{'off UB':>9}{'off LB':>9}{'off gap':>8}  verdict")
 
 
@@ -433,12 +445,17 @@ def _cell(x) -> str:
     return "-" if x is None else str(x)
 
 
+def _clock(r: dict) -> str:
+    late = [m for m, key in (("rl", "rl"), ("inc-ilp", "inc")) if not r[f"{key}_clock_kept"]]
+    return "yes" if not late else "NO " + ",".join(late)
+
+
 def format_row(r: dict) -> str:
     off = (f"{r['off_ub']:>9}{r['off_lb']:>9}{(r['off_ub'] - r['off_lb']) / r['off_ub']:>8.1%}" if "off_ub" in r
            else f"{'-':>9}{'-':>9}{'-':>8}")
-    clock = "yes" if r["inc_clock_kept"] and r["rl_clock_kept"] else "NO"
+    clock = _clock(r)
     return (f"{r['instance']:<22}{r['ops']:>4}{r['devices']:>3}  {r['cpl']:>9}{_cell(r['rl']):>9}{r['inc']:>9}{r['inc_lb']:>9}{r['gap']:>7.1%}"
-            f"{r['below_cpl']:>8.1%}  {'yes' if r['proven'] else 'no':<5}{clock:<6}{off}  {r['verdict']}")
+            f"{r['below_cpl']:>8.1%}  {'yes' if r['proven'] else 'no':<5}{clock:<11}{off}  {r['verdict']}")
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -451,6 +468,9 @@ def summary(rows: list[dict]) -> list[str]:
         f"{ok}/{len(rows)} instances proven or within 5 % ({proven} proven); mean {np.mean([r['below_cpl'] for r in rows]):.1%} below"
         f" the critical-path list; worst gap {worst['gap']:.1%} ({worst['instance']}); inc-ilp <= rl on {never_worse}/{len(rows)};"
         f" clock kept on {clock}/{len(rows)}",
+        "verdicts against the offline file: " + ", ".join(f"{v} {sum(r['verdict'] == v for r in rows)}" for v in
+                                                           ("closed", "search weak", "bound weak", "both", "neither"))
+        + f", no offline entry {sum(r['verdict'] == '' for r in rows)}",
     ]
 
 
@@ -473,10 +493,19 @@ def page(rows: list[dict], args, command: str, load_start: str, load_end: str) -
     ]
     for r in rows:
         off = (f"{r['off_ub']} | {r['off_lb']} | {(r['off_ub'] - r['off_lb']) / r['off_ub']:.1%}" if "off_ub" in r else "- | - | -")
-        clock = "yes" if r["inc_clock_kept"] and r["rl_clock_kept"] else "NO"
+        clock = _clock(r)
         lines.append(f"| {r['instance']} | {r['ops']} | {r['devices']} {r['kinds']} | {r['cpl']} | {_cell(r['rl'])} | {r['inc']} | {r['inc_lb']} |"
                      f" {r['gap']:.1%} | {r['below_cpl']:.1%} | {'yes' if r['proven'] else 'no'} | {clock} | {off} | {r['verdict']} |")
     lines += ["", *summary(rows), ""]
+    optima = read_optima(Path(args.optima))
+    if optima["instances"]:
+        runs = [r for e in optima["instances"].values() for r in e["runs"]]
+        lines += ["## The offline file", "",
+                  f"`benchmarks/optima/placement.json`: {sum(r['seconds'] for r in runs):.0f} wall seconds over {len(runs)} runs"
+                  f" ({', '.join(sorted({r['machine'] for r in runs}))}; load averages at the end of each run from"
+                  f" {min(float(r['load_end'].split()[0]) for r in runs):.1f} to {max(float(r['load_end'].split()[0]) for r in runs):.1f}).",
+                  "Re-simulate any schedule in it; `tests/test_placement_optima_file.py` does for all.", "",
+                  *optima_table(optima), ""]
     return "\n".join(lines)
 
 
@@ -491,11 +520,15 @@ def main(argv=None) -> int:
     ap.add_argument("--offline", action="store_true", help="run the long solves and merge them into the offline file")
     ap.add_argument("--seconds-per-instance", type=float, default=300.0, help="offline: wall seconds per instance")
     ap.add_argument("--optima", default=str(OPTIMA), help="the offline file")
+    ap.add_argument("--optima-table", action="store_true", help="print the offline file as a table and stop")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.offline:
         args.workers = args.workers or 2
         return run_offline(args)
+    if args.optima_table:
+        print("\n".join(optima_table(read_optima(Path(args.optima)))))
+        return 0
     command = " ".join(["python"] + [os.path.relpath(sys.argv[0])] + sys.argv[1:])
     load_start = _load()
     print(f"# {_machine()}, load {load_start}; {command}", flush=True)
