@@ -426,15 +426,23 @@ def measure(name: str, recipe: dict, args, optima: dict) -> dict:
     row["gap"] = (row["inc"] - row["inc_lb"]) / row["inc"]
     row["proven"] = row["inc"] == row["inc_lb"]
     row["below_cpl"] = 1 - row["inc"] / row["cpl"]
-    e = optima.get("instances", {}).get(name)
-    if e is not None and e.get("hash") == content_hash(p):
+    row["hash"] = content_hash(p)
+    compare_offline(row, optima)
+    row["load"] = _load()
+    return row
+
+
+def compare_offline(row: dict, optima: dict) -> None:
+    """Fill the offline columns and the verdict of a measured row from the offline file."""
+    for key in ("off_ub", "off_lb", "off_proof", "off_note"):
+        row.pop(key, None)
+    e = optima.get("instances", {}).get(row["instance"])
+    if e is not None and e.get("hash") == row["hash"]:
         row["off_ub"], row["off_lb"] = int(e["upper"]["ticks"]), int(e["lower"]["ticks"])
         row["off_proof"] = e["lower"]["proof"]["method"]
     elif e is not None:
         row["off_note"] = "offline entry is for another problem (hash differs): ignored"
     row["verdict"] = verdict(row["inc"], row["inc_lb"], row.get("off_ub"), row.get("off_lb"))
-    row["load"] = _load()
-    return row
 
 
 HEAD = (f"{'instance':<22}{'ops':>4}{'D':>3}  {'CPL':>9}{'rl':>9}{'inc-ilp':>9}{'LB':>9}{'gap':>7}{'vs CPL':>8}  {'prov':<5}{'clock':<11}"
@@ -539,6 +547,10 @@ def main(argv=None) -> int:
     for name in args.instances or list(INSTANCES):
         rows.append(measure(name, INSTANCES[name], args, optima))
         print(format_row(rows[-1]), flush=True)
+    # The offline file as it stands now (an offline run may have added to it meanwhile).
+    optima = read_optima(Path(args.optima))
+    for row in rows:
+        compare_offline(row, optima)
     for line in summary(rows):
         print(line)
     load_end = _load()
