@@ -504,7 +504,18 @@ def page(rows: list[dict], args, command: str, load_start: str, load_end: str) -
         clock = _clock(r)
         lines.append(f"| {r['instance']} | {r['ops']} | {r['devices']} {r['kinds']} | {r['cpl']} | {_cell(r['rl'])} | {r['inc']} | {r['inc_lb']} |"
                      f" {r['gap']:.1%} | {r['below_cpl']:.1%} | {'yes' if r['proven'] else 'no'} | {clock} | {off} | {r['verdict']} |")
-    lines += ["", *summary(rows), ""]
+    lines += ["", *summary(rows), "", "## Instances", "",
+              "Jitter 0.1 (log-normal) on every op time; a mean transfer 4x a mean op. Identical devices: `cpu` times, uniform",
+              f"links. Heterogeneous (HSDAG-like): `gpu` times are the `cpu` ones divided by {GPU_SPEEDUP['matmul']:g} for",
+              f"matmuls and {GPU_SPEEDUP['other']:g} for other ops (each with its own noise); a mean transfer over a GPU-GPU link takes",
+              f"4x a mean GPU op, links touching a CPU are {CPU_LINK_SLOWDOWN:g}x slower.", ""]
+    for name, rec in INSTANCES.items():
+        if any(r["instance"] == name for r in rows):
+            args_ = ", ".join(f"{k}={v}" for k, v in rec["args"].items())
+            dev = rec["devices"]
+            where = (f"{dev['identical']} identical" if "identical" in dev else f"{dev['gpus']} GPUs + {dev['cpus']} CPUs")
+            lines.append(f"- `{name}`: `{rec['generator']}({args_})`, seed {rec['seed']}, {where}")
+    lines.append("")
     optima = read_optima(Path(args.optima))
     if optima["instances"]:
         runs = [r for e in optima["instances"].values() for r in e["runs"]]
