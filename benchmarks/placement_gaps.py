@@ -482,7 +482,7 @@ def summary(rows: list[dict]) -> list[str]:
     ]
 
 
-def page(rows: list[dict], args, command: str, load_start: str, load_end: str) -> str:
+def page(rows: list[dict], args, command: str, load_start: str, load_end: str, machine: str | None = None) -> str:
     lines = [
         "# Placement gaps on DOPPLER-shaped graphs",
         "",
@@ -492,7 +492,7 @@ def page(rows: list[dict], args, command: str, load_start: str, load_end: str) -
         "verdict: which side the offline runs beat by more than 0.5 % (see the script's docstring).",
         "",
         f"- command: `{command}`",
-        f"- machine: {_machine()}; load average {load_start} at the start, {load_end} at the end",
+        f"- machine: {machine or _machine()}; load average {load_start} at the start, {load_end} at the end",
         f"- inc-ilp: `solve(p, time_limit={args.time_limit:g}"
         + ("" if args.workers is None else f", deterministic=False, workers={args.workers}") + ")`, `rl` at the same limit",
         "",
@@ -528,6 +528,21 @@ def page(rows: list[dict], args, command: str, load_start: str, load_end: str) -
     return "\n".join(lines)
 
 
+def rewrite_page(args) -> int:
+    """The page of a saved measurement (``--json``), its verdicts against the offline file as it stands now."""
+    saved = read_json(args.from_json)
+    rows = saved["rows"]
+    optima = read_optima(Path(args.optima))
+    for row in rows:
+        compare_offline(row, optima)
+    for line in [HEAD, *map(format_row, rows), *summary(rows)]:
+        print(line)
+    if args.page:
+        args.time_limit, args.workers = saved["time_limit"], saved["workers"]
+        Path(args.page).write_text(page(rows, args, saved["command"], saved["load_start"], saved["load_end"], saved["machine"]))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--instances", nargs="*", choices=list(INSTANCES), help="a subset (default: all)")
@@ -540,6 +555,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds-per-instance", type=float, default=300.0, help="offline: wall seconds per instance")
     ap.add_argument("--optima", default=str(OPTIMA), help="the offline file")
     ap.add_argument("--optima-table", action="store_true", help="print the offline file as a table and stop")
+    ap.add_argument("--from-json", help="no solving: reprint a saved measurement (and --page) against the offline file as it is now")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.offline:
@@ -548,6 +564,8 @@ def main(argv=None) -> int:
     if args.optima_table:
         print("\n".join(optima_table(read_optima(Path(args.optima)))))
         return 0
+    if args.from_json:
+        return rewrite_page(args)
     command = " ".join(["python"] + [os.path.relpath(sys.argv[0])] + sys.argv[1:])
     load_start = _load()
     print(f"# {_machine()}, load {load_start}; {command}", flush=True)
@@ -567,7 +585,8 @@ def main(argv=None) -> int:
     load_end = _load()
     print(f"load {load_end} (end)")
     if args.json:
-        write_json(args.json, rows, indent=1)
+        write_json(args.json, {"command": command, "machine": _machine(), "load_start": load_start, "load_end": load_end,
+                               "time_limit": args.time_limit, "workers": args.workers, "rows": rows}, indent=1)
     if args.page:
         Path(args.page).parent.mkdir(parents=True, exist_ok=True)
         Path(args.page).write_text(page(rows, args, command, load_start, load_end))
