@@ -13,7 +13,7 @@ from typing import Any
 from . import dataflow, random_dag
 from ..limits import InputLimits
 from .arguments import check_size
-from .dataflow import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block
+from .dataflow import bandwidth_for_comm_ratio, chained_matmul, ffnn, transformer_block, transformer_layer
 from .random_dag import CostSpec, draw_costs, icml24_like, layered_dag, respect_like
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "chained_matmul",
     "ffnn",
     "transformer_block",
+    "transformer_layer",
     "bandwidth_for_comm_ratio",
     "check_arguments",
 ]
@@ -37,7 +38,7 @@ def check_arguments(generator: str, args: Mapping[str, Any], *, limits: InputLim
     ----------
     generator : str
         A generator of `incsched.generators` (``layered_dag``, ``respect_like``, ``icml24_like``,
-        ``chained_matmul``, ``ffnn``, ``transformer_block``).
+        ``chained_matmul``, ``ffnn``, ``transformer_block``, ``transformer_layer``).
     args : mapping
         Its keyword arguments; the defaults fill the rest (``seed`` defaults to 0).
     limits : InputLimits, optional
@@ -59,6 +60,7 @@ def check_arguments(generator: str, args: Mapping[str, Any], *, limits: InputLim
     functions: dict[str, Callable] = {
         "layered_dag": random_dag.layered_dag, "respect_like": random_dag.respect_like, "icml24_like": random_dag.icml24_like,
         "chained_matmul": dataflow.chained_matmul, "ffnn": dataflow.ffnn, "transformer_block": dataflow.transformer_block,
+        "transformer_layer": dataflow.transformer_layer,
     }
     if generator not in functions:
         raise ValueError(f"unknown generator {generator!r} (known: {', '.join(functions)})")

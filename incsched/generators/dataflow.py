@@ -1,5 +1,5 @@
 """Tiled dataflow graphs of the shapes DOPPLER evaluates placement on: chained matmuls, FFNNs,
-Llama-style transformer blocks.
+Llama-style transformer blocks, and a transformer layer tiled along the tokens as well.
 
 Each large operation is split into tiles (as DOPPLER's einsum decomposition does), which gives
 graphs of about 100-300 ops with real parallelism. Flops, output bytes and parameter bytes follow
@@ -17,10 +17,10 @@ from numbers import Integral
 import numpy as np
 
 from ..errors import GraphError
-from ..graph import CompGraph
+from ..graph import CompGraph, SharedWeight
 from .arguments import MAX_DIMENSION, check_size, names, real, whole
 
-__all__ = ["chained_matmul", "ffnn", "transformer_block", "bandwidth_for_comm_ratio"]
+__all__ = ["chained_matmul", "ffnn", "transformer_block", "transformer_layer", "bandwidth_for_comm_ratio"]
 
 
 @dataclass
@@ -34,6 +34,7 @@ class _Builder:
     outs: list[int] = field(default_factory=list)
     src: list[int] = field(default_factory=list)
     dst: list[int] = field(default_factory=list)
+    shared: list[SharedWeight] = field(default_factory=list)
 
     def add(self, name: str, op: str, inputs: Sequence[int], *, flops: float, out: int, params: int = 0) -> int:
         v = len(self.names)
@@ -56,6 +57,7 @@ class _Builder:
             flops=self.flops,
             param_bytes=self.params,
             out_bytes=self.outs,
+            shared_weights=self.shared,
             name=name,
             meta={**meta, "compute_time": "roofline" + (f" x lognormal(0, {jitter})" if jitter else ""), "seed": seed,
                   "costs": _synthetic_costs(kinds, jitter)},
@@ -127,6 +129,23 @@ def _transformer_block_size(n_blocks, batch, seq, hidden, heads, ffn_hidden, ffn
     h, t = heads, ffn_tiles
     nodes = 1 + n_blocks * (7 * h + 5 * t + 6 - (h == 1) - (t == 1))
     edges = n_blocks * (9 * h + (h if h > 1 else 0) + 6 * t + (t if t > 1 else 0) + 6)
+    return nodes, edges
+
+
+def _transformer_layer_size(batch, seq, hidden, heads, seq_tiles, ffn_hidden, ffn_tiles, dtype_bytes, kinds, jitter,
+                            seed) -> tuple[int, int]:
+    ffn_tiles = heads if ffn_tiles is None else ffn_tiles
+    _check_positive(batch=batch, seq=seq, hidden=hidden, heads=heads, seq_tiles=seq_tiles, ffn_tiles=ffn_tiles,
+                    dtype_bytes=dtype_bytes, **({} if ffn_hidden is None else {"ffn_hidden": ffn_hidden}))
+    _check_common(kinds, jitter, seed)
+    if hidden % heads:
+        raise ValueError(f"hidden {hidden} is not divisible by heads {heads}")
+    if seq_tiles > seq:
+        raise ValueError(f"seq_tiles ({seq_tiles}) cannot exceed seq ({seq})")
+    h, t, s = heads, ffn_tiles, seq_tiles
+    nodes = s * (1 + 7 * h + 5 * t + 6 - (h == 1) - (t == 1))
+    # Token tile i's scores and attention read the keys and values of tiles 0..i (causal).
+    edges = sum(h * (2 * i + 9) + (h if h > 1 else 0) + 6 * t + (t if t > 1 else 0) + 6 for i in range(s))
     return nodes, edges
 
 
@@ -404,6 +423,139 @@ def transformer_block(
             "seq": seq,
             "hidden": hidden,
             "heads": heads,
+            "ffn_hidden": ffn_hidden,
+            "ffn_tiles": ffn_tiles,
+            "dtype_bytes": dtype_bytes,
+        },
+        kinds,
+        jitter,
+        seed,
+    )
+
+
+def transformer_layer(
+    batch: int = 8,
+    seq: int = 1024,
+    hidden: int = 4096,
+    heads: int = 8,
+    seq_tiles: int = 2,
+    *,
+    ffn_hidden: int | None = None,
+    ffn_tiles: int | None = None,
+    dtype_bytes: int = 2,
+    kinds: Sequence[str] = ("cpu", "cuda"),
+    jitter: float = 0.0,
+    seed: int = 0,
+) -> CompGraph:
+    """One Llama-style decoder layer split by tokens as well as by heads and MLP tiles.
+
+    Where `transformer_block` keeps every token in one tile (its norms, sums and residual adds are
+    cut nodes that every other op precedes or follows), here the sequence is split into
+    ``seq_tiles`` causal token tiles, as DOPPLER's einsum decomposition splits every dimension:
+    each token tile has its own input, norms, per-head q/k/v projections, scores, softmax,
+    attention and output projection, head sum and residual add, then its MLP tiles (gate, up,
+    SiLU, product, down), MLP sum and residual add. Token tile i's scores read the keys of tiles
+    0..i and its attention their values, so the tiles depend on each other through attention only,
+    and no op but a lone tile's is a cut node. A weight (a head's projections, an MLP tile's, a
+norm's) is read by that op in every token tile: a `SharedWeight`, held once on each device that
+runs one of its readers (with one token tile, the op's own ``param_bytes``). Ops: ``seq_tiles * (7 * heads + 5 * ffn_tiles + 7)``:
+    206 with the defaults.
+
+    Parameters
+    ----------
+    batch, seq, hidden, heads : int
+        Activation ``batch x seq x hidden``; ``hidden`` a multiple of ``heads``.
+    seq_tiles : int
+        Token tiles along the sequence (at most ``seq``; uneven tiles differ by one token).
+    ffn_hidden, ffn_tiles, dtype_bytes, kinds, jitter, seed :
+        As in `transformer_block`.
+
+    Returns
+    -------
+    CompGraph
+
+    Raises
+    ------
+    ValueError
+        On a non-positive or non-integer argument, ``hidden`` not divisible by ``heads``, or more
+        token tiles than tokens in the sequence.
+    LimitError
+        More ops or edges than ``INCSCHED_MAX_NODES`` / ``INCSCHED_MAX_EDGES`` allow.
+
+    Examples
+    --------
+    >>> g = transformer_layer(heads=2, seq_tiles=2, ffn_tiles=2)
+    >>> g.n_nodes, len(g.predecessors(g.names.index("T1.h0.scores")))
+    (62, 3)
+    """
+    check_size(f"transformer_layer(heads={heads}, seq_tiles={seq_tiles}, ffn_tiles={ffn_tiles})",
+               *_transformer_layer_size(batch, seq, hidden, heads, seq_tiles, ffn_hidden, ffn_tiles, dtype_bytes, kinds, jitter, seed))
+    ffn_tiles = heads if ffn_tiles is None else ffn_tiles
+    if ffn_hidden is None:
+        ffn_hidden = -(-(8 * hidden // 3) // 256) * 256
+    ffn_hidden = -(-ffn_hidden // ffn_tiles) * ffn_tiles
+    hd = hidden // heads
+    ft = ffn_hidden // ffn_tiles
+    lengths = _split(seq, seq_tiles)
+    b = _Builder()
+    readers: dict[str, tuple[int, list[int]]] = {}  # weight -> (bytes, the op reading it in each token tile)
+
+    def reads(weight: str, nbytes: int, v: int) -> int:
+        readers.setdefault(weight, (nbytes, []))[1].append(v)
+        return v
+
+    keys: list[list[int]] = [[] for _ in range(heads)]  # per head, the k projection of each token tile so far
+    values: list[list[int]] = [[] for _ in range(heads)]
+    for i, length in enumerate(lengths):
+        p = f"T{i}"
+        tokens = batch * length
+        seen = sum(lengths[: i + 1])  # keys a causal query of this tile attends to
+        act = tokens * hidden * dtype_bytes
+        x = b.add(f"{p}.x", "input", [], flops=0, out=act)
+        h = reads("attn_norm", hidden * dtype_bytes, b.add(f"{p}.attn_norm", "rmsnorm", [x], flops=4 * tokens * hidden, out=act))
+        head_out = []
+        for hh in range(heads):
+            proj_flops = 2.0 * tokens * hidden * hd
+            proj_out = tokens * hd * dtype_bytes
+            w = hidden * hd * dtype_bytes
+            q = reads(f"h{hh}.q", w, b.add(f"{p}.h{hh}.q", "matmul", [h], flops=proj_flops, out=proj_out))
+            keys[hh].append(reads(f"h{hh}.k", w, b.add(f"{p}.h{hh}.k", "matmul", [h], flops=proj_flops, out=proj_out)))
+            values[hh].append(reads(f"h{hh}.v", w, b.add(f"{p}.h{hh}.v", "matmul", [h], flops=proj_flops, out=proj_out)))
+            score_bytes = batch * length * seen * dtype_bytes
+            s = b.add(f"{p}.h{hh}.scores", "bmm", [q, *keys[hh]], flops=2.0 * batch * length * seen * hd, out=score_bytes)
+            a = b.add(f"{p}.h{hh}.softmax", "softmax", [s], flops=5.0 * batch * length * seen, out=score_bytes)
+            o = b.add(f"{p}.h{hh}.attn", "bmm", [a, *values[hh]], flops=2.0 * batch * length * seen * hd, out=proj_out)
+            head_out.append(reads(f"h{hh}.out_proj", hd * hidden * dtype_bytes,
+                                  b.add(f"{p}.h{hh}.out_proj", "matmul", [o], flops=2.0 * tokens * hd * hidden, out=act)))
+        attn = b.add(f"{p}.attn_sum", "add", head_out, flops=(heads - 1) * tokens * hidden, out=act) if heads > 1 else head_out[0]
+        x = b.add(f"{p}.attn_residual", "add", [x, attn], flops=tokens * hidden, out=act)
+        h = reads("mlp_norm", hidden * dtype_bytes, b.add(f"{p}.mlp_norm", "rmsnorm", [x], flops=4 * tokens * hidden, out=act))
+        tile_out = []
+        for tt in range(ffn_tiles):
+            up_flops = 2.0 * tokens * hidden * ft
+            up_out = tokens * ft * dtype_bytes
+            w = hidden * ft * dtype_bytes
+            gate = reads(f"mlp{tt}.gate", w, b.add(f"{p}.mlp{tt}.gate", "matmul", [h], flops=up_flops, out=up_out))
+            up = reads(f"mlp{tt}.up", w, b.add(f"{p}.mlp{tt}.up", "matmul", [h], flops=up_flops, out=up_out))
+            act_fn = b.add(f"{p}.mlp{tt}.silu", "silu", [gate], flops=4.0 * tokens * ft, out=up_out)
+            prod = b.add(f"{p}.mlp{tt}.mul", "mul", [act_fn, up], flops=tokens * ft, out=up_out)
+            tile_out.append(reads(f"mlp{tt}.down", w, b.add(f"{p}.mlp{tt}.down", "matmul", [prod], flops=up_flops, out=act)))
+        mlp = b.add(f"{p}.mlp_sum", "add", tile_out, flops=(ffn_tiles - 1) * tokens * hidden, out=act) if ffn_tiles > 1 else tile_out[0]
+        b.add(f"{p}.mlp_residual", "add", [x, mlp], flops=tokens * hidden, out=act)
+    for weight, (nbytes, ops) in readers.items():
+        if len(ops) == 1:
+            b.params[ops[0]] += nbytes
+        else:
+            b.shared.append(SharedWeight(weight, nbytes, tuple(ops)))
+    return b.build(
+        f"transformer_layer_h{hidden}_s{seq}_b{batch}_st{seq_tiles}",
+        {
+            "generator": "transformer_layer",
+            "batch": batch,
+            "seq": seq,
+            "hidden": hidden,
+            "heads": heads,
+            "seq_tiles": seq_tiles,
             "ffn_hidden": ffn_hidden,
             "ffn_tiles": ffn_tiles,
             "dtype_bytes": dtype_bytes,
