@@ -41,7 +41,7 @@ __all__ = [
 EXPERIMENTS_DIR = DATA_DIR / "experiments"
 
 #: Graph generators a config may name, by their function names in `incsched.generators`.
-GENERATORS = ("layered_dag", "respect_like", "icml24_like", "chained_matmul", "ffnn", "transformer_block")
+GENERATORS = ("layered_dag", "respect_like", "icml24_like", "chained_matmul", "ffnn", "transformer_block", "transformer_layer")
 
 #: What an execution cell may run besides `solve()` methods: the whole model on one device.
 SINGLE_DEVICE = "single_device_each"
