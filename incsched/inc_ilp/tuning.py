@@ -121,6 +121,15 @@ class Tuning:
     placement_max_misses: int = 4
     placement_slice_nodes: int = 48
     placement_round_slack: float = 0.2
+    #: ... and the start slack of the ops a round holds on their devices: small enough that they
+    #: keep their order (at the freed ops' 0.2 no 24-op round on 200 ops closed in 0.3
+    #: deterministic seconds; at 0.02 most closed in 0.01-0.06 and improved as much).
+    placement_round_fixed_slack: float = 0.02
+    #: Rounds of each pass that free the ops the policy is least sure of (with their data
+    #: partners), and the ops each frees: about what a 0.1-deterministic-second round closes on
+    #: 200-300 ops with the rest fixed (benchmarks/placement_search.py).
+    placement_doubt_rounds: int = 3
+    placement_doubt_nodes: int = 24
     #: Share the per-segment solves get (the rest goes to the hinted full model), and the work of
     #: each segment's transfer-aware relaxation bound (it proves in well under one second).
     placement_segment_share: float = 0.75
