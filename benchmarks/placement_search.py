@@ -95,6 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work-limit", type=float, default=6.0, help="deterministic seconds per solve (default 6)")
     ap.add_argument("--time-limit", type=float, default=None, help="wall seconds per solve (default: 60 with --wall, else a 600-s cap)")
     ap.add_argument("--wall", action="store_true", help="compare at --time-limit wall seconds, 2 workers, no work limit")
+    ap.add_argument("--only", choices=["base", "tree"], help="run one tree only (no comparison table)")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
     if args.time_limit is None:
@@ -108,6 +109,8 @@ def main(argv=None) -> int:
     for i, name in enumerate(args.instances):
         order = ["base", "tree"] if i % 2 == 0 else ["tree", "base"]  # which runs first alternates
         for label in order:
+            if args.only and label != args.only:
+                continue
             t0 = time.perf_counter()
             row = {"instance": name, "tree": label, **run_one(trees[label], name, args)}
             row["seconds"] = time.perf_counter() - t0
@@ -115,6 +118,8 @@ def main(argv=None) -> int:
             print(f"  {name} {label}: " + (row.get("error") or f"{row['objective']} lb {row['lower_bound']} gap {100 * row['gap']:.2f}% "
                                            f"({row['stop']}, {row['seconds']:.0f} s)"), flush=True)
     print(f"\nload after: {_load()}\n")
+    if args.only:
+        return 0
     print("| instance | ops | D | rl | base | base gap | tree | tree gap | change | tree best phase | rounds (improved) | never worse than rl |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     changes = []

@@ -1,9 +1,18 @@
-"""Inc-ILP on the placement problem: incumbent -> segments or widening windows -> rounds -> proof.
+"""Inc-ILP on the placement problem: incumbent -> rounds -> segments or widening windows -> proof.
 
     run(ctx, method)
       portfolio incumbent       the policy, HEFT and critical-path list, then local search (incumbent.py)
       combinatorial_bound(ctx)  every combinatorial family, after the incumbent and on the clock
       strengthen_bound(ctx)     exact CP-SAT windows around every node raise the global bound
+      rounds(ctx)               large neighbourhoods, one at a time: the ops the policy is least
+                                sure of (with their data partners), one pair of devices (their
+                                twins under relabelling searched once), one time slice across all
+                                devices; every other op held near its start tick, so that most
+                                rounds close in a fraction of a deterministic second; re-centred on
+                                every improvement, until a whole cycle improves nothing. First,
+                                since they improve most per second: one window or segment solve
+                                took all of a 60-s run's search on a loaded 2-core machine
+                                (benchmarks/placement_search.py)
       segments(ctx)             graphs with cut nodes: each stretch between two solved and bounded
                                 on its own; the glued answer competes, the bounds add up
       or windows(ctx)           each op may move to the devices its neighbours use (hops=1), solved
@@ -12,11 +21,6 @@
       ranked(ctx)               each op may take the devices the policy ranks first (as many as its
                                 confidence needs) with starts near the incumbent's; the start
                                 slack doubles while the optimum touches its edge or improves
-      rounds(ctx)               large neighbourhoods no single window holds: the ops the policy is
-                                least sure of (with their data partners), one pair of devices
-                                (their twins under relabelling searched once), then one time
-                                slice across all devices, at a time, re-centred on every
-                                improvement, until a whole pass improves nothing
       prove(ctx)                the full model, hinted by the best, all that is left
 
 Every answer is executed by the independent simulator in its solved order and must reproduce the
@@ -47,7 +51,7 @@ from .context import Context
 from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
 from ..errors import SolverDisagreement
 
-__all__ = ["run", "make_check", "solve_cpsat"]
+__all__ = ["run", "make_check", "solve_cpsat", "round_window"]
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +164,12 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
     strengthen_bound(ctx, combinatorial)
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
+    rounds(ctx)
     if decomposable(p):
         segments(ctx)
     else:
         windows(ctx)
         ranked(ctx)
-    rounds(ctx)
     if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
         prove(ctx)
 
@@ -335,8 +339,6 @@ def rounds(ctx: Context) -> None:
         # The neighbourhoods and start ranges around the best placement, until it improves.
         sched = _executed(ctx)
         hoods = list(_neighbourhoods(ctx, sched, preference))
-        lo, hi = start_window(sched.start, max(int(t.placement_round_slack * ctx.best_value), 1))
-        held_lo, held_hi = start_window(sched.start, int(t.placement_round_fixed_slack * ctx.best_value))
         improved = False
         for _ in range(len(hoods)):
             name, free, devices = hoods[cursor % len(hoods)]
@@ -346,7 +348,7 @@ def rounds(ctx: Context) -> None:
             if spent + per_round > share:
                 ctx.record("rounds", rounds=done, note="their share of the budget is spent")
                 return
-            window = PlacementWindow(free_in(p, ctx.best.device, free, devices), np.where(free, lo, held_lo), np.where(free, hi, held_hi))
+            window = round_window(ctx, sched, free, devices)
             with ctx.timed("rounds"):
                 out = solve_cpsat(p, ctx.settings(per_round), window=window, hint=ctx.best, window_symmetry=True)
             ctx.charge(out)
@@ -363,6 +365,18 @@ def rounds(ctx: Context) -> None:
         if not improved:
             ctx.record("rounds", rounds=done, note="a whole cycle improved nothing")
             return
+
+
+def round_window(ctx: Context, sched: Schedule, free, devices=None) -> PlacementWindow:
+    """One round's window around the best placement (executed as ``sched``): the ``free`` ops
+    (bool [n]) may take ``devices`` (default any) and start within `Tuning.placement_round_slack`
+    of the makespan of their start; every other op keeps its device and starts within
+    `Tuning.placement_round_fixed_slack` of its own."""
+    t = ctx.tuning
+    free = np.asarray(free, dtype=bool)
+    lo, hi = start_window(sched.start, max(int(t.placement_round_slack * ctx.best_value), 1))
+    held_lo, held_hi = start_window(sched.start, int(t.placement_round_fixed_slack * ctx.best_value))
+    return PlacementWindow(free_in(ctx.problem, ctx.best.device, free, devices), np.where(free, lo, held_lo), np.where(free, hi, held_hi))
 
 
 def _round_preferences(ctx: Context) -> np.ndarray | None:
