@@ -139,3 +139,19 @@ def test_round_windows_hold_the_ops_they_do_not_free():
     # The old rounds (held ops as free to start as the freed ones) reach it too, in a larger model.
     wide = round_window(_ctx(p, device, tuning=replace(tuning, placement_round_fixed_slack=0.5)), sched, free)
     assert (wide.start_hi[held] > window.start_hi[held]).all()
+
+
+def test_the_portfolio_samples_a_larger_pool_that_holds_the_default_one():
+    from incsched.generators.dataflow import ffnn
+    from incsched.inc_ilp.incumbent import PLACEMENT_PRESCHEDULERS, _sampled
+    from incsched.policy.placement_policy import preschedule
+
+    p = PlacementProblem.identical(ffnn(n_layers=4, tiles=2), 4, bandwidth=1e8)
+    ctx = _ctx(p, np.zeros(p.n_nodes, dtype=np.int64), tuning=replace(Tuning(), placement_policy_decodes=200 * p.n_nodes))
+    rl = PLACEMENT_PRESCHEDULERS["rl"]
+    pooled = _sampled(ctx, "placement", rl)(p, 3)
+    alone = preschedule(p, 3)
+    assert simulate(p, pooled).makespan <= simulate(p, alone).makespan
+    assert np.array_equal(pooled.device, _sampled(ctx, "placement", rl)(p, 3).device)  # seeded: repeats
+    off = _ctx(p, np.zeros(p.n_nodes, dtype=np.int64), tuning=replace(Tuning(), placement_policy_decodes=0))
+    assert _sampled(off, "placement", rl) is rl and _sampled(ctx, "stage", rl) is rl
