@@ -147,11 +147,13 @@ def test_the_portfolio_samples_a_larger_pool_that_holds_the_default_one():
     from incsched.policy.placement_policy import preschedule
 
     p = PlacementProblem.identical(ffnn(n_layers=4, tiles=2), 4, bandwidth=1e8)
-    ctx = _ctx(p, np.zeros(p.n_nodes, dtype=np.int64), tuning=replace(Tuning(), placement_policy_decodes=200 * p.n_nodes))
+    ctx = _ctx(p, np.zeros(p.n_nodes, dtype=np.int64), tuning=replace(Tuning(), placement_policy_decodes_per_second=40 * p.n_nodes))
     rl = PLACEMENT_PRESCHEDULERS["rl"]
     pooled = _sampled(ctx, "placement", rl)(p, 3)
     alone = preschedule(p, 3)
     assert simulate(p, pooled).makespan <= simulate(p, alone).makespan
     assert np.array_equal(pooled.device, _sampled(ctx, "placement", rl)(p, 3).device)  # seeded: repeats
-    off = _ctx(p, np.zeros(p.n_nodes, dtype=np.int64), tuning=replace(Tuning(), placement_policy_decodes=0))
+    off = _ctx(p, np.zeros(p.n_nodes, dtype=np.int64), tuning=replace(Tuning(), placement_policy_decodes_per_second=0))
     assert _sampled(off, "placement", rl) is rl and _sampled(ctx, "stage", rl) is rl
+    short = replace(ctx, work_limit=0.1)  # a nominal budget of 0.1 s affords no more than the default pool
+    assert _sampled(short, "placement", rl) is rl

@@ -144,17 +144,18 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
 
 
 def _sampled(ctx: Context, kind: str, rl: Callable) -> Callable:
-    """The placement policy with the larger sample pool `Tuning.placement_policy_decodes` affords.
+    """The placement policy with the sample pool its nominal budget affords
+    (`Tuning.placement_policy_decodes_per_second`), never less than the default one.
 
     Its sampled rows draw from one seeded stream in order, so the pool holds the default one
     (`sampling.default_samples`): its best is never worse than ``rl`` alone with the same seed.
     """
-    if kind != "placement" or not ctx.tuning.placement_policy_decodes:
-        return rl
     from ..policy.sampling import default_samples  # no torch: the policy module imports it on its call
 
-    n = ctx.problem.n_nodes
-    samples = max(default_samples(n), min(ctx.tuning.placement_policy_decodes // max(n, 1), ctx.tuning.placement_policy_max_samples))
+    t, n = ctx.tuning, max(ctx.problem.n_nodes, 1)
+    samples = min(int(t.placement_policy_decodes_per_second * ctx.nominal_work) // n, t.placement_policy_max_samples)
+    if kind != "placement" or samples <= default_samples(n):
+        return rl
     return lambda problem, seed: rl(problem, seed, samples=samples)
 
 

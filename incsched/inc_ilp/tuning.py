@@ -67,12 +67,13 @@ class Tuning:
     #: limit is skipped and the log says so: pure-Python candidates cannot be stopped half-way.
     stage_seconds_per_node: Mapping[str, float] = _frozen({"pipedream_dp": 1e-4, "dp_local_search": 1e-3, "rl": 3e-4})
     placement_seconds_per_node: Mapping[str, float] = _frozen({"local_search": 1e-2, "rl": 2e-4})
-    #: Node decodes of the placement policy when it runs in the portfolio's own process (decoded
-    #: in one compiled call, a few microseconds each): 100,000 is 510 samples on 196 ops instead
-    #: of 64 (0.5-1.5 s on a loaded 2-core machine); 512 samples' best was 1.4%, 1.5% and 0.3%
-    #: shorter than 64's on a transformer, an FFNN and a chained matmul. At most
-    #: `placement_policy_max_samples`, at least the default pool (`sampling.default_samples`).
-    placement_policy_decodes: int = 100_000
+    #: Node decodes per nominal second of the placement policy when it runs in the portfolio's
+    #: own process (one compiled call, a few microseconds a decode): 2,000 is 612 samples on 196
+    #: ops at 60 s instead of 64 (0.5-1.5 s on a loaded 2-core machine; 512 samples' best was
+    #: 1.4%, 1.5% and 0.3% shorter than 64's on a transformer, an FFNN and a chained matmul), and
+    #: the default pool (`sampling.default_samples`) at a few seconds, where a larger one could
+    #: outlast the clock. At most `placement_policy_max_samples`.
+    placement_policy_decodes_per_second: int = 2_000
     placement_policy_max_samples: int = 1024
     portfolio_share: float = 0.25
     #: Local-search assignments per nominal second, and at most (about a millisecond each on 200
