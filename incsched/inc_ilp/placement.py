@@ -5,7 +5,7 @@
       combinatorial_bound(ctx)  every combinatorial family, after the incumbent and on the clock
       strengthen_bound(ctx)     exact CP-SAT windows around every node raise the global bound
       segments(ctx)             graphs with cut nodes: each stretch between two solved and bounded
-                                on its own; the glued answer competes, the bounds add up
+                                on its own; the glued answer competes, the bounds add up; then rounds
       or rounds(ctx)            large neighbourhoods, one at a time: the ops the policy is least
                                 sure of (with their data partners), one pair of devices (their
                                 twins under relabelling searched once), one time slice across all
@@ -165,10 +165,11 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
     if decomposable(p):
-        # No rounds: before the segments they left the segment bound incomplete, after them they
-        # took the work whose full model raises the bound (transformers, work 3: makespans 0.3% and
-        # 0.8% shorter, certified gaps 14.6% -> 23.9% and 12.1% -> 12.6%; benchmarks/placement_search.py).
+        # Segments first: their bound counts only when every segment was solved, and rounds
+        # before them left it out (2-block transformer, 12 MLP tiles, D=4, work 3: bound 461669
+        # against 500477 with the rounds after them; benchmarks/placement_search.py).
         segments(ctx)
+        rounds(ctx)
     else:
         rounds(ctx)
         windows(ctx)
