@@ -33,8 +33,8 @@ def policy_loaded(kind: str) -> bool:
 def _policy(module: str) -> Callable:
     """The learned policy's ``preschedule`` from ``module``, imported (with torch) on first use."""
 
-    def rl(problem, seed: int = 0):
-        answer = import_module(module).preschedule(problem, seed)
+    def rl(problem, seed: int = 0, **options):
+        answer = import_module(module).preschedule(problem, seed, **options)
         _LOADED.add(module)
         return answer
 
@@ -122,7 +122,7 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
                     break
                 try:
                     if name == "rl":  # loaded here once, for every later run of the process
-                        answers[name] = _on_the_clock(ctx, name, table[name])
+                        answers[name] = _on_the_clock(ctx, name, _sampled(ctx, kind, table[name]))
                     elif name in _STARTS_FROM and answers.get(_STARTS_FROM[name]) is not None:
                         answers[name] = table[name](ctx.problem, ctx.seed, start=answers[_STARTS_FROM[name]])
                     else:
@@ -141,6 +141,22 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     feasible = {name: v for name, v in scores.items() if v is not None}
     winner = min(feasible, key=feasible.get) if feasible else None
     ctx.record("incumbent", winner=winner, scores=scores, **({"note": "; ".join(notes)} if notes else {}))
+
+
+def _sampled(ctx: Context, kind: str, rl: Callable) -> Callable:
+    """The placement policy with the sample pool its nominal budget affords
+    (`Tuning.placement_policy_decodes_per_second`), never less than the default one.
+
+    Its sampled rows draw from one seeded stream in order, so the pool holds the default one
+    (`sampling.default_samples`): its best is never worse than ``rl`` alone with the same seed.
+    """
+    from ..policy.sampling import default_samples  # no torch: the policy module imports it on its call
+
+    t, n = ctx.tuning, max(ctx.problem.n_nodes, 1)
+    samples = min(int(t.placement_policy_decodes_per_second * ctx.nominal_work) // n, t.placement_policy_max_samples)
+    if kind != "placement" or samples <= default_samples(n):
+        return rl
+    return lambda problem, seed: rl(problem, seed, samples=samples)
 
 
 def _on_the_clock(ctx: Context, name: str, fn: Callable):

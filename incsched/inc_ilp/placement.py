@@ -1,20 +1,26 @@
-"""Inc-ILP on the placement problem: incumbent -> segments or widening windows -> rounds -> proof.
+"""Inc-ILP on the placement problem: incumbent -> segments, or rounds and widening windows -> proof.
 
     run(ctx, method)
       portfolio incumbent       the policy, HEFT and critical-path list, then local search (incumbent.py)
       combinatorial_bound(ctx)  every combinatorial family, after the incumbent and on the clock
       strengthen_bound(ctx)     exact CP-SAT windows around every node raise the global bound
       segments(ctx)             graphs with cut nodes: each stretch between two solved and bounded
-                                on its own; the glued answer competes, the bounds add up
-      or windows(ctx)           each op may move to the devices its neighbours use (hops=1), solved
+                                on its own; the glued answer competes, the bounds add up; then rounds
+      or rounds(ctx)            large neighbourhoods, one at a time: the ops the policy is least
+                                sure of (with their data partners), one pair of devices (their
+                                twins under relabelling searched once), one time slice across all
+                                devices; every other op held near its start tick, so that most
+                                rounds close in a fraction of a deterministic second; re-centred on
+                                every improvement, until a whole cycle improves nothing. Before the
+                                windows, since they improve more per second: one window solve took
+                                all of a 60-s run's search on a loaded 2-core machine
+                                (benchmarks/placement_search.py)
+         windows(ctx)           each op may move to the devices its neighbours use (hops=1), solved
                                 hinted; re-centred while it improves, widened by a hop once it
                                 settles, until the window holds every device
-      ranked(ctx)               each op may take the devices the policy ranks first (as many as its
+         ranked(ctx)            each op may take the devices the policy ranks first (as many as its
                                 confidence needs) with starts near the incumbent's; the start
                                 slack doubles while the optimum touches its edge or improves
-      rounds(ctx)               large neighbourhoods no single window holds: one pair of devices,
-                                then one time slice across all devices, at a time, re-centred
-                                on every improvement, until a whole pass improves nothing
       prove(ctx)                the full model, hinted by the best, all that is left
 
 Every answer is executed by the independent simulator in its solved order and must reproduce the
@@ -40,12 +46,12 @@ from ..baselines.list_scheduling import list_schedule, mean_costs
 from ..evaluate.simulate import Schedule, simulate
 from ..problems.decompose import compose, decomposable, segments as cut_segments, subproblem
 from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
-from ..windows.relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice
+from ..windows.relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice, uncertain_nodes
 from .context import Context
 from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
 from ..errors import SolverDisagreement
 
-__all__ = ["run", "make_check", "solve_cpsat"]
+__all__ = ["run", "make_check", "solve_cpsat", "round_window"]
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +77,7 @@ def make_check(problem: PlacementProblem):
 
 
 def solve_cpsat(problem: PlacementProblem, settings: SolverSettings, window: PlacementWindow | None = None,
-                hint: Placement | Schedule | None = None) -> SolverOutput:
+                hint: Placement | Schedule | None = None, *, window_symmetry: bool = False) -> SolverOutput:
     """The CP-SAT placement model (`incsched.solvers.cpsat.placement.solve_placement`) with what it is handed.
 
     The hint is executed in its own order (one that deadlocks is ignored, ``info["hint_note"]``
@@ -85,6 +91,8 @@ def solve_cpsat(problem: PlacementProblem, settings: SolverSettings, window: Pla
         As for `solve_placement`.
     hint : Placement or Schedule, optional
         An incumbent to start from.
+    window_symmetry : bool
+        Break the symmetry of identical devices the window cannot tell apart (`solve_placement`).
 
     Returns
     -------
@@ -113,7 +121,7 @@ def solve_cpsat(problem: PlacementProblem, settings: SolverSettings, window: Pla
         except PlacementError as exc:
             log.warning("placement hint ignored: %s", exc)
             note = f"ignored: {exc}"
-    out = solve_placement(problem, settings, window, executed_hint, heuristic=heuristic)
+    out = solve_placement(problem, settings, window, executed_hint, heuristic=heuristic, window_symmetry=window_symmetry)
     if note is not None:
         out.info["hint_note"] = note
     if out.assignment is None:
@@ -157,11 +165,15 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
     if ctx.stopped() or ctx.best_value <= ctx.lower_bound:
         return
     if decomposable(p):
+        # Segments first: their bound counts only when every segment was solved, and rounds
+        # before them left it out (2-block transformer, 12 MLP tiles, D=4, work 3: bound 461669
+        # against 500477 with the rounds after them; benchmarks/placement_search.py).
         segments(ctx)
+        rounds(ctx)
     else:
+        rounds(ctx)
         windows(ctx)
         ranked(ctx)
-    rounds(ctx)
     if not ctx.stopped() and ctx.best_value > ctx.lower_bound:
         prove(ctx)
 
@@ -301,54 +313,95 @@ def _touches(out: SolverOutput, lo, hi) -> bool:
 
 
 def rounds(ctx: Context) -> None:
-    """Large-neighbourhood rounds: free one pair of devices, or one time slice, at a time.
+    """Large-neighbourhood rounds: free the policy's doubts, one pair of devices, or one time slice, at a time.
 
-    A pair round lets the ops of two devices trade places (every other op keeps its device); a
-    slice round lets the ops running in one stretch of the schedule take any device. Starts stay
-    within `Tuning.placement_round_slack` of the makespan of the incumbent's, which keeps each model small. Each
-    round is solved hinted by the best; an improvement re-centres the rounds on it, and a whole
-    pass without one ends them.
+    Where the portfolio ran the policy, a cycle opens with its doubts: the ops whose two likeliest
+    devices (`device_preferences` along the incumbent the rounds start from) are closest in
+    probability, each with its data partners, may take any device (`uncertain_nodes`). A pair
+    round lets the ops of two devices trade places (every other op keeps its device; the two
+    devices are then interchangeable, and each split of their ops is searched once, not once per
+    labelling); a slice round lets the ops running in one stretch of the schedule take any device.
+
+    The freed ops may start within `Tuning.placement_round_slack` of the makespan of their
+    incumbent start; every other op within `Tuning.placement_round_fixed_slack`, which keeps
+    its place in its device's order. Left at the wide slack, the held ops' orders were open too,
+    and no 24-op round on a 200-op graph closed in 0.3 deterministic seconds; held, most close in
+    0.00-0.06 and improved as much or more (24-op sets on a 196-op FFNN and a 205-op transformer).
+    Each round is solved hinted by the best and charged the work it used; an improvement
+    re-centres the neighbourhoods on the new best and the cycle goes on from the next one; a whole
+    cycle without one, or `Tuning.placement_max_misses` rounds in a row that neither improve nor
+    prove their neighbourhood, end the rounds.
     """
     p: PlacementProblem = ctx.problem
     if p.n_devices < 2 or not _open(ctx):
         return
-    spent, per_round, share = 0.0, ctx.tuning.placement_round_share * ctx.nominal_work, ctx.tuning.placement_rounds_share * ctx.nominal_work
-    done = misses = 0
+    t = ctx.tuning
+    spent, per_round, share = 0.0, t.placement_round_share * ctx.nominal_work, t.placement_rounds_share * ctx.nominal_work
+    preference = _round_preferences(ctx)
+    done = misses = cursor = 0
     while _open(ctx):
-        improved = False
-        # One pass around one best placement (an improvement ends the pass): its schedule and
-        # start ranges hold for every round of the pass.
+        # The neighbourhoods and start ranges around the best placement, until it improves.
         sched = _executed(ctx)
-        lo, hi = start_window(sched.start, max(int(ctx.tuning.placement_round_slack * ctx.best_value), 1))
-        for name, free, devices in _neighbourhoods(ctx, sched):
+        hoods = list(_neighbourhoods(ctx, sched, preference))
+        improved = False
+        for _ in range(len(hoods)):
+            name, free, devices = hoods[cursor % len(hoods)]
+            cursor += 1
             if not _open(ctx):
                 return
             if spent + per_round > share:
                 ctx.record("rounds", rounds=done, note="their share of the budget is spent")
                 return
-            window = PlacementWindow(free_in(p, ctx.best.device, free, devices), lo, hi)
+            window = round_window(ctx, sched, free, devices)
             with ctx.timed("rounds"):
-                out = solve_cpsat(p, ctx.settings(per_round), window=window, hint=ctx.best)
+                out = solve_cpsat(p, ctx.settings(per_round), window=window, hint=ctx.best, window_symmetry=True)
             ctx.charge(out)
-            spent += per_round
+            spent += min(float(out.info.get("deterministic_time") or per_round), per_round)
             done += 1
             if _take(ctx, out, f"round {name}"):
                 ctx.record("round", neighbourhood=name, free=int(free.sum()), objective=ctx.best_value)
                 improved, misses = True, 0
                 break  # re-centre: the neighbourhoods follow the new best
             misses = 0 if out.status == "optimal" else misses + 1
-            if misses >= ctx.tuning.placement_max_misses:
+            if misses >= t.placement_max_misses:
                 ctx.record("rounds", rounds=done, note=f"{misses} rounds in a row neither improved nor proved their neighbourhood")
                 return
         if not improved:
-            ctx.record("rounds", rounds=done, note="a whole pass improved nothing")
+            ctx.record("rounds", rounds=done, note="a whole cycle improved nothing")
             return
 
 
-def _neighbourhoods(ctx: Context, sched: Schedule):
-    """The rounds of one pass: device pairs, most unequal busy time first, then time slices."""
+def round_window(ctx: Context, sched: Schedule, free, devices=None) -> PlacementWindow:
+    """One round's window around the best placement (executed as ``sched``): the ``free`` ops
+    (bool [n]) may take ``devices`` (default any) and start within `Tuning.placement_round_slack`
+    of the makespan of their start; every other op keeps its device and starts within
+    `Tuning.placement_round_fixed_slack` of its own."""
+    t = ctx.tuning
+    free = np.asarray(free, dtype=bool)
+    lo, hi = start_window(sched.start, max(int(t.placement_round_slack * ctx.best_value), 1))
+    held_lo, held_hi = start_window(sched.start, int(t.placement_round_fixed_slack * ctx.best_value))
+    return PlacementWindow(free_in(ctx.problem, ctx.best.device, free, devices), np.where(free, lo, held_lo), np.where(free, hi, held_hi))
+
+
+def _round_preferences(ctx: Context) -> np.ndarray | None:
+    """The policy's device probabilities along the best placement, for the doubt rounds (None: no
+    doubt rounds, or the portfolio did not run the policy, whose load the rounds do not pay)."""
+    if not ctx.tuning.placement_doubt_rounds or not _policy_loaded(ctx):
+        return None
+    from ..policy.placement_policy import device_preferences  # torch: already imported by the portfolio
+
+    with ctx.timed("rounds"):
+        return device_preferences(ctx.problem, Placement(ctx.best.device, ctx.best.order, start=_executed(ctx).start))
+
+
+def _neighbourhoods(ctx: Context, sched: Schedule, preference: np.ndarray | None = None):
+    """The rounds of one cycle: the policy's doubts, device pairs (most unequal busy time first), time slices."""
     p: PlacementProblem = ctx.problem
     device = np.asarray(ctx.best.device)
+    if preference is not None:
+        for i, free in enumerate(uncertain_nodes(p, preference, size=ctx.tuning.placement_doubt_nodes,
+                                                 count=ctx.tuning.placement_doubt_rounds)):
+            yield f"doubts {i}", free, None
     busy = np.bincount(device, weights=(sched.end - sched.start), minlength=p.n_devices)
     pairs = sorted(((a, b) for a in range(p.n_devices) for b in range(a + 1, p.n_devices)),
                    key=lambda ab: (-abs(busy[ab[0]] - busy[ab[1]]), ab))

@@ -67,6 +67,14 @@ class Tuning:
     #: limit is skipped and the log says so: pure-Python candidates cannot be stopped half-way.
     stage_seconds_per_node: Mapping[str, float] = _frozen({"pipedream_dp": 1e-4, "dp_local_search": 1e-3, "rl": 3e-4})
     placement_seconds_per_node: Mapping[str, float] = _frozen({"local_search": 1e-2, "rl": 2e-4})
+    #: Node decodes per nominal second of the placement policy when it runs in the portfolio's
+    #: own process (one compiled call, a few microseconds a decode): 2,000 is 612 samples on 196
+    #: ops at 60 s instead of 64 (0.5-1.5 s on a loaded 2-core machine; 512 samples' best was
+    #: 1.4%, 1.5% and 0.3% shorter than 64's on a transformer, an FFNN and a chained matmul), and
+    #: the default pool (`sampling.default_samples`) at a few seconds, where a larger one could
+    #: outlast the clock. At most `placement_policy_max_samples`.
+    placement_policy_decodes_per_second: int = 2_000
+    placement_policy_max_samples: int = 1024
     portfolio_share: float = 0.25
     #: Local-search assignments per nominal second, and at most (about a millisecond each on 200
     #: ops: a fifth of the budget, counted in evaluations so that it repeats).
@@ -121,6 +129,16 @@ class Tuning:
     placement_max_misses: int = 4
     placement_slice_nodes: int = 48
     placement_round_slack: float = 0.2
+    #: ... and the start slack of the ops a round holds on their devices: small enough that they
+    #: keep their order (at the freed ops' 0.2 no 24-op round on 200 ops closed in 0.3
+    #: deterministic seconds; at 0.02 most closed in 0.01-0.06 and improved as much).
+    placement_round_fixed_slack: float = 0.02
+    #: Rounds of each cycle that free the ops the policy is least sure of (with their data
+    #: partners), and the ops each frees: 24 freed, the rest held, closed in 0.00-0.03
+    #: deterministic seconds on a 196-op FFNN and a 205-op transformer (they improved no more
+    #: than 24-op sets around random seeds there: a start, not a measured win).
+    placement_doubt_rounds: int = 3
+    placement_doubt_nodes: int = 24
     #: Share the per-segment solves get (the rest goes to the hinted full model), and the work of
     #: each segment's transfer-aware relaxation bound (it proves in well under one second).
     placement_segment_share: float = 0.75

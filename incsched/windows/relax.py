@@ -15,6 +15,7 @@ from ..problems.stage import StageProblem
 __all__ = [
     "stage_window", "stage_band_window", "window_is_everything",
     "placement_window", "ranked_devices", "start_window", "free_in", "device_pair", "time_slice",
+    "policy_margin", "uncertain_nodes",
 ]
 
 
@@ -159,3 +160,51 @@ def time_slice(start, end, lo: int, hi: int) -> np.ndarray:
     of the schedule across every device."""
     start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
     return (start < hi) & (end > lo)
+
+
+def policy_margin(preference) -> np.ndarray:
+    """How sure the policy is of each node's device: its first choice's probability minus its second's.
+
+    0 for a node torn between two devices, 1 for one it is certain of (float [n]; a single device
+    gives 1).
+    """
+    pref = np.asarray(preference, dtype=np.float64)
+    if pref.shape[1] < 2:
+        return np.ones(len(pref))
+    top = np.sort(pref, axis=1)
+    return top[:, -1] - top[:, -2]
+
+
+def uncertain_nodes(problem: PlacementProblem, preference, *, size: int, count: int) -> list[np.ndarray]:
+    """Free sets (bool [n] each) for rounds where the learned policy is least sure of a device.
+
+    Nodes are taken by `policy_margin`, least sure first, each with its graph neighbours (its
+    data partners: a node moved alone pays the transfers they save), until a set holds ``size``
+    nodes; a node is a seed of one set at most, so the sets march down the policy's doubts.
+    A seed whose neighbours would overflow the set comes alone. At most ``count`` sets.
+    """
+    g = problem.graph
+    n = g.n_nodes
+    if size < 1 or count < 1:
+        raise ValueError(f"uncertain_nodes: size and count must be >= 1, got {size} and {count}")
+    order = np.argsort(policy_margin(preference), kind="stable").tolist()
+    seeded = np.zeros(n, dtype=bool)
+    out: list[np.ndarray] = []
+    free = np.zeros(n, dtype=bool)
+    for v in order:
+        if seeded[v]:
+            continue
+        seeded[v] = True
+        cluster = np.concatenate([[v], g.predecessors(v), g.successors(v)]).astype(np.int64)
+        if int((~free[cluster]).sum()) + int(free.sum()) > size:
+            cluster = cluster[:1]
+        free[cluster] = True
+        seeded[cluster[:1]] = True
+        if free.sum() >= size:
+            out.append(free)
+            if len(out) == count:
+                return out
+            free = np.zeros(n, dtype=bool)
+    if free.any():
+        out.append(free)
+    return out

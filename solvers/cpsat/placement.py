@@ -25,7 +25,7 @@ from incsched.problems import Placement, PlacementProblem, PlacementWindow
 from .. import SolverOutput, SolverSettings
 from .params import STATUS_NAMES, make_solver, wall_capped
 
-__all__ = ["solve_placement", "ExecutedSchedule"]
+__all__ = ["solve_placement", "ExecutedSchedule", "interchangeable_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ def solve_placement(
     hint: ExecutedSchedule | None = None,
     *,
     heuristic: ExecutedSchedule | None = None,
+    window_symmetry: bool = False,
 ) -> SolverOutput:
     """Minimise the makespan of ``problem`` exactly (within ``window``, when given) with CP-SAT.
 
@@ -95,6 +96,10 @@ def solve_placement(
     heuristic : ExecutedSchedule, optional
         A heuristic schedule (HEFT over the window's devices) that only lowers the horizon, when
         it fits the window.
+    window_symmetry : bool
+        Break symmetry inside a window too, over each set of identical devices that every node
+        may take all or none of (`interchangeable_devices`): a round that frees two or three
+        whole devices searches each split of their ops once, not once per relabelling.
 
     Returns
     -------
@@ -136,8 +141,10 @@ def solve_placement(
 
     bounds = _static_bounds(problem, allowed)
     horizon, horizon_source = _horizon(problem, allowed, window, heuristic, hint)
-    symmetric = window is None and any(len(g) > 1 for g in problem.identical_devices)
-    hint_sched = None if hint is None else _canonical(problem, hint) if symmetric else _Hint(hint.device, hint.start, hint.end, hint.makespan)
+    groups = problem.identical_devices if window is None else interchangeable_devices(problem, allowed) if window_symmetry else ()
+    groups = tuple(group for group in groups if len(group) > 1)
+    symmetric = bool(groups)
+    hint_sched = None if hint is None else _canonical(problem, hint, groups) if symmetric else _Hint(hint.device, hint.start, hint.end, hint.makespan)
     if horizon < bounds.lower_bound:
         return _infeasible(t0, f"window horizon {horizon} is below the lower bound {bounds.lower_bound}")
 
@@ -149,7 +156,7 @@ def solve_placement(
     m.add_precedence()
     m.add_makespan()
     if symmetric:
-        m.add_symmetry_breaking()
+        m.add_symmetry_breaking(groups)
     if hint_sched is not None:
         m.add_hint(hint_sched)
     m.add_search_strategy()
@@ -241,15 +248,39 @@ def _horizon(problem, allowed, window, heuristic, hint) -> tuple[int, str]:
     return best, source
 
 
-def _canonical(problem: PlacementProblem, sched: ExecutedSchedule) -> _Hint:
-    """Relabel identical devices by first use in topological order, as the symmetry breaking demands.
+def interchangeable_devices(problem: PlacementProblem, allowed: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """Groups of identical devices that ``allowed`` (bool [n, D]) also cannot tell apart.
+
+    Devices of one identical group whose columns of ``allowed`` are equal may be swapped in any
+    answer without leaving the window (start ranges are per node, never per device), so their
+    labels can be fixed by first use as in the unwindowed model.
+
+    >>> from incsched.graph import CompGraph
+    >>> g = CompGraph(["a", "b"], ["a"], ["b"], out_bytes=[1, 0], compute_time={"cpu": [1.0, 1.0]})
+    >>> p = PlacementProblem.identical(g, 4, bandwidth=1.0, time_unit=1.0)
+    >>> interchangeable_devices(p, np.array([[1, 1, 0, 1], [1, 1, 0, 0]], dtype=bool))
+    ((0, 1), (2,), (3,))
+    """
+    allowed = np.asarray(allowed, dtype=bool)
+    out = []
+    for group in problem.identical_devices:
+        by_column: dict[bytes, list[int]] = {}
+        for d in group:
+            by_column.setdefault(allowed[:, d].tobytes(), []).append(d)
+        out += [tuple(devices) for devices in by_column.values()]
+    return tuple(sorted(out))
+
+
+def _canonical(problem: PlacementProblem, sched: ExecutedSchedule, groups) -> _Hint:
+    """Relabel each group of interchangeable devices by first use in topological order, as the
+    symmetry breaking demands.
 
     Swapping identical devices leaves every duration and transfer as it was, so the relabelled
     schedule keeps its start and end ticks.
     """
     topo = problem.graph.topological_order().tolist()
     mapping = np.arange(problem.n_devices)
-    for group in problem.identical_devices:
+    for group in groups:
         first = {d: len(topo) for d in group}
         for pos, v in enumerate(topo):
             d = int(sched.device[v])
@@ -401,12 +432,12 @@ class _PlacementModel:
             # All devices together are busy no longer than D x makespan.
             model.Add(D * self.makespan >= sum(int(dur[v, d]) * lit for v, xs in enumerate(self.x) for d, lit in xs.items()))
 
-    def add_symmetry_breaking(self) -> None:
-        """Within each group of identical devices, device j+1 is first used after device j (topological order)."""
+    def add_symmetry_breaking(self, groups) -> None:
+        """Within each group of interchangeable devices, device j+1 is first used after device j (topological order)."""
         names, devices = self.problem.graph.names, self.problem.devices
         topo = self.problem.graph.topological_order().tolist()
         self.used: list[tuple[int, int, cp_model.IntVar]] = []  # (node, device, "device used by now")
-        for group in self.problem.identical_devices:
+        for group in groups:
             if len(group) > 1:
                 self.used += first_use_chain(self.model, self.x, topo, group, lambda v, d: f"used[{devices[d].name},{names[v]}]")
 
