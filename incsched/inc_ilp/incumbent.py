@@ -152,9 +152,11 @@ def _sampled(ctx: Context, kind: str, rl: Callable) -> Callable:
     """
     from ..policy.sampling import default_samples  # no torch: the policy module imports it on its call
 
+    if kind != "placement":
+        return rl
     t, n = ctx.tuning, max(ctx.problem.n_nodes, 1)
     samples = min(int(t.placement_policy_decodes_per_second * ctx.nominal_work) // n, t.placement_policy_max_samples)
-    if kind != "placement" or samples <= default_samples(n):
+    if samples <= default_samples(n):
         return rl
     return lambda problem, seed: rl(problem, seed, samples=samples)
 
