@@ -41,7 +41,6 @@ from incsched.solvers.cpsat.placement_segments import segment_bound, segment_pro
 
 from ..baselines.placement_local import local_search
 from ..bounds import placement_lower_bound
-from ..bounds.placement import placement_bound_details
 from .exact_bounds import placement_bound_cpsat
 from ..baselines.list_scheduling import list_schedule, mean_costs
 from ..evaluate.simulate import Schedule, simulate
@@ -483,11 +482,7 @@ def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float) -> 
     makespan = simulate(sub, pl, "ordered").makespan
     if ctx.stopped():  # each further model costs a second of building on a loaded machine: the clock first
         return pl, bound, {"status": out.status, "objective": makespan}
-    # The combinatorial families on the segment alone (the flow bound's entry feeding above all:
-    # 0.3 s on an attention segment, above what a 90-s proof refutes) ...
-    stop = lambda: ctx.stopped() is not None  # noqa: E731
-    bound = max(bound, int(placement_bound_details(sub, segments=False, should_stop=stop)["bound"]))
-    # ... and the transfer-aware relaxation, usually far above CP-SAT's search.
+    # The transfer-aware relaxation usually bounds a segment far above CP-SAT's search.
     relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work))
     ctx.spend(0.0, wall_capped=capped)
     bound = max(bound, relaxed)
