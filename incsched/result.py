@@ -230,7 +230,7 @@ class Result:
             if len(values) != len(names):
                 raise FormatError(f"{source}: {len(values)} {field_name} entries for the {len(names)} nodes of graph {graph.name!r}")
         if self.problem == "stage":
-            stage_mem = self.terms.get("stage_mem")
+            stage_mem = (self.terms or {}).get("stage_mem")
             limit = len(stage_mem) if isinstance(stage_mem, list) and stage_mem else None
             what = "stages"
         else:

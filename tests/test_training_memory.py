@@ -24,7 +24,7 @@ from incsched.problems.stage import ObjectiveWeights, ProblemError, StageProblem
 from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import solve_stage
 
-FAST = SolverSettings(time_limit=5.0, deterministic=True)
+FAST = SolverSettings(time_limit=30.0, deterministic=True)
 
 
 def chain3(**kwargs) -> CompGraph:
