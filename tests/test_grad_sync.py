@@ -203,3 +203,25 @@ def test_cli_prints_the_step_and_its_sync(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "4.000 ms of it syncing replicated weights" in next(x for x in out.splitlines() if x.startswith("step time"))
     assert next(x for x in out.splitlines() if x.startswith("grad sync")).startswith("grad sync    4.000 ms")
+
+
+def test_local_search_counts_the_sync_and_readers_are_never_loadless():
+    from incsched.baselines.stage_local import improve_by_moves, loadless_nodes
+
+    # mem_peak + sync: apart, each stage holds the 40,000-byte weight and syncs 4,000 ticks (44,010);
+    # b2 joining b1 holds it once and syncs nothing (40,020). Without the sync the move costs 10 bytes.
+    g = diamond(40_000)
+    weighed = StageProblem(g, 2, ObjectiveWeights(mem_peak=1, grad_sync_peak=1), bandwidth=1e6, micro_batches=4,
+                           mode="training", time_unit=1e-5)
+    start = [0, 0, 1, 1]
+    assert evaluate_stages(weighed, start).objective == 44_010
+    moved = improve_by_moves(weighed, start)
+    assert evaluate_stages(weighed, moved).objective == 40_020 == brute_force(weighed)[0]
+    plain = replace(weighed, weights=ObjectiveWeights(mem_peak=1))
+    assert improve_by_moves(plain, start).tolist() == start
+    # Readers with no time, bytes or sends: loadless for comm_total alone, not once their sync is weighed.
+    idle = g.replace(compute_time={"cpu": [0.0] * 4}, out_bytes=[0] * 4, edge_bytes=[0] * 4)
+    comm = StageProblem(idle, 2, ObjectiveWeights(comm_total=1), bandwidth=1e6, micro_batches=4, mode="training")
+    synced = replace(comm, weights=ObjectiveWeights(comm_total=1, grad_sync_peak=1))
+    assert loadless_nodes(comm).tolist() == [True] * 4
+    assert loadless_nodes(synced).tolist() == [True, False, False, True]
