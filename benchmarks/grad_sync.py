@@ -1,7 +1,7 @@
 """Benchmark: the training optimum with and without the gradient sync of tied weights in the objective.
 
 GPT-2 from a local config (6 layers, width 256, vocabulary 8,000: ``lm_head.weight`` tied to
-``transformer.wte.weight``), captured at layer granularity for training (times estimated by the
+``transformer.wte.weight``), captured at layer (or ``--granularity op``) granularity for training (times estimated by the
 cpu roofline, nothing measured, so every run sees the same graph), K stages, 1F1B, M
 micro-batches, a stage-to-stage bandwidth. Two problems on that graph:
 
@@ -36,7 +36,7 @@ from incsched.front_door import solve  # noqa: E402
 from incsched.problems.stage import ObjectiveWeights, StageProblem  # noqa: E402
 
 
-def gpt2_graph(layers: int, width: int, vocab: int, seq: int, batch: int):
+def gpt2_graph(layers: int, width: int, vocab: int, seq: int, batch: int, granularity: str):
     import torch
 
     from incsched.capture import capture, zoo
@@ -47,7 +47,12 @@ def gpt2_graph(layers: int, width: int, vocab: int, seq: int, batch: int):
                            bos_token_id=0, eos_token_id=0)
     model = tf.GPT2LMHeadModel(config).eval()
     ids = torch.randint(0, vocab, (batch, seq))
-    return capture(model, (ids,), granularity="layer", training=True, name="gpt2-tied").graph
+    return capture(model, (ids,), granularity=granularity, training=True, name="gpt2-tied").graph
+
+
+def _split(stages, K: int) -> str:
+    """The stages themselves on small graphs, else the nodes on each stage."""
+    return str(list(stages)) if len(stages) <= 20 else "nodes per stage " + str(np.bincount(stages, minlength=K).tolist())
 
 
 def main(argv=None) -> int:
@@ -61,16 +66,18 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=2, help="sequences per micro-batch")
+    ap.add_argument("--granularity", choices=("layer", "op"), default="layer")
     ap.add_argument("--one-stage", action="store_true", help="also print the step of everything on one stage")
     args = ap.parse_args(argv)
 
-    graph = gpt2_graph(args.layers, args.width, args.vocab, args.seq, args.batch)
+    graph = gpt2_graph(args.layers, args.width, args.vocab, args.seq, args.batch, args.granularity)
     new = StageProblem.pipeline(graph, args.stages, micro_batches=args.micro_batches, bandwidth=args.bandwidth, mode="training")
     old = replace(new, weights=ObjectiveWeights(stage_time_peak=1))
     (tied,) = graph.shared_weights
-    print(f"graph {graph.name}: {graph.n_nodes} nodes, tied {tied.name} {tied.nbytes:,} bytes, read by "
+    print(f"graph {graph.name} ({args.granularity}): {graph.n_nodes} nodes, tied {tied.name} {tied.nbytes:,} bytes, read by "
           f"{[graph.names[v] for v in tied.readers]}; K={args.stages}, M={args.micro_batches}, bandwidth {args.bandwidth:g} B/s, "
           f"tick {new.time_unit:g} s, one sync {int(new.grad_sync_ticks[0]):,} ticks; load {os.getloadavg()[0]:.2f}")
+    print("| problem | status | solve | step | step ticks | sync | slowest stage ticks | replicated | split |\n|---|---|---|---|---|---|---|---|---|")
     rows = {}
     for label, problem in (("old (slowest stage)", old), ("new (step + sync)", new)):
         start = time.perf_counter()
@@ -79,7 +86,7 @@ def main(argv=None) -> int:
         ev = evaluate_stages(new, np.asarray(r.stages))
         rows[label] = (r, ev, seconds)
         print(f"| {label} | {r.status} | {seconds:.2f} s | {1e3 * ev.step_time_s:.3f} ms | {ev.step_ticks:,} | "
-              f"{1e3 * ev.grad_sync_s:.3f} ms | {ev.stage_time_peak:,} | {ev.replicated} | {r.stages} |")
+              f"{1e3 * ev.grad_sync_s:.3f} ms | {ev.stage_time_peak:,} | {ev.replicated} | {_split(r.stages, args.stages)} |")
     (r_old, ev_old, _), (r_new, ev_new, _) = rows.values()
     print(f"split changed: {list(r_old.stages) != list(r_new.stages)}; new step - old step: "
           f"{1e3 * (ev_new.step_time_s - ev_old.step_time_s):+.3f} ms ({ev_new.step_ticks - ev_old.step_ticks:+,} ticks)")
