@@ -799,7 +799,8 @@ def _parse_weights(text: str) -> dict[str, int | float]:
     """``--weights mem_peak=1,comm_total=1e-3`` as {term: weight}; integers stay exact Python ints."""
     from .problems.stage import ObjectiveWeights
 
-    terms = [f.name for f in dataclasses.fields(ObjectiveWeights)]
+    # Not grad_sync_peak: --weights sets inference objectives, and the sync is training's (--training weighs it).
+    terms = [f.name for f in dataclasses.fields(ObjectiveWeights) if f.name != "grad_sync_peak"]
     out: dict[str, int | float] = {}
     for item in text.split(","):
         key, sep, value = (part.strip() for part in item.partition("="))
