@@ -225,3 +225,28 @@ def test_local_search_counts_the_sync_and_readers_are_never_loadless():
     synced = replace(comm, weights=ObjectiveWeights(comm_total=1, grad_sync_peak=1))
     assert loadless_nodes(comm).tolist() == [True] * 4
     assert loadless_nodes(synced).tolist() == [True, False, False, True]
+
+
+@pytest.mark.parametrize("stages", [[0, 0, 1, 1], [0, 0, 0, 1], [0, 1, 1, 2], [1, 1, 1, 1]])
+def test_the_sync_hint_is_complete_and_consistent(stages):
+    # Every sync variable hinted from an assignment, and the hint (all variables fixed to it) is a
+    # solution of the model costing what the evaluator says: no slack, no under-charge.
+    from ortools.sat.python import cp_model
+
+    from incsched.solvers.cpsat.stage import _StageModel
+
+    g = diamond(4_000).replace(shared_weights=[{"name": "tied", "bytes": 4_000, "read_by": ["a", "b1", "b2"]}])
+    p = StageProblem.pipeline(g, 3, micro_batches=4, bandwidth=1e6, time_unit=1e-5, mode="training")
+    model = _StageModel(p, p.allowed_stages(), p.weights.scaled()[0])
+    model.add_hint(np.asarray(stages))
+    hinted = set(model.model.Proto().solution_hint.vars)
+    sync_vars = [v for rep, syncs, _, _ in model.syncs for v in [rep, *syncs.values()] if not isinstance(v, int)]
+    sync_vars += list(model.per_stage["grad_sync"].values()) + [model.terms["grad_sync_peak"]]
+    assert sync_vars and all(v.Index() in hinted for v in sync_vars)
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    assert solver.Solve(model.model) == cp_model.OPTIMAL
+    ev = evaluate_stages(p, stages)
+    assert solver.Value(model.terms["grad_sync_peak"]) == ev.grad_sync_peak
+    assert model.solution_cost(solver) == ev.objective
