@@ -250,3 +250,59 @@ def test_the_sync_hint_is_complete_and_consistent(stages):
     ev = evaluate_stages(p, stages)
     assert solver.Value(model.terms["grad_sync_peak"]) == ev.grad_sync_peak
     assert model.solution_cost(solver) == ev.objective
+
+
+@st.composite
+def tied_branches(draw):
+    """A layer, two or three copies of a branch whose first node reads the tied weight (maybe after a
+    weightless node), a weightless or heavy join: merges, placing and branch order all apply."""
+    names, src, dst, params, out, readers = [], [], [], [], [], []
+
+    def node(p, o, inputs):
+        names.append(f"n{len(names)}")
+        params.append(p)
+        out.append(o)
+        for u in inputs:
+            src.append(u)
+            dst.append(len(names) - 1)
+        return len(names) - 1
+
+    first = node(draw(st.sampled_from([0, 4])), draw(st.sampled_from([1, 5])), [])
+    lead = draw(st.booleans())  # a weightless node before each branch's reader
+    ends = []
+    for _ in range(2 if lead else draw(st.integers(2, 3))):  # at most 6 nodes: brute force stays quick
+        x = node(0, 1, [first]) if lead else first
+        x = node(draw(st.sampled_from([0, 3])), draw(st.sampled_from([1, 5])), [x])
+        readers.append(x)
+        ends.append(x)
+    node(draw(st.sampled_from([0, 6])), 0, ends)
+    if draw(st.booleans()):
+        readers.append(first)
+    g = CompGraph(names, [names[u] for u in src], [names[v] for v in dst], param_bytes=params, out_bytes=out,
+                  compute_time={"cpu": [0.0] * len(names)},
+                  shared_weights=[{"name": "tied", "bytes": draw(st.sampled_from([2, 9])), "read_by": [names[r] for r in readers]}])
+    weights = draw(st.sampled_from([dict(mem_peak=1, comm_total=1, grad_sync_peak=1), dict(comm_total=1, grad_sync_peak=3),
+                                    dict(mem_peak=1, comm_peak=1, grad_sync_peak=2)]))
+    return StageProblem(g, draw(st.integers(2, 3)), ObjectiveWeights(**weights), bandwidth=1000.0, time_unit=1e-3,
+                        micro_batches=2, mode="training")
+
+
+@given(tied_branches())
+@settings(max_examples=20, deadline=None)
+def test_the_reductions_never_hide_a_sync(problem):
+    # Readers of the tied weight are never merged or placed; swapped branches keep which stages hold it.
+    from incsched.bounds.reductions import stage_reduction
+
+    red = stage_reduction(problem)
+    readers = set(problem.graph.shared_weights[0].readers)
+    assert not readers & {v for v, _ in red.merges} and not readers & {v for v, _ in red.earliest + red.latest}
+    best = None
+    for s in itertools.product(range(problem.n_stages), repeat=problem.graph.n_nodes):
+        ev = evaluate_stages(problem, np.asarray(s))
+        if not ev.feasible:
+            continue
+        best = ev.objective if best is None else min(best, ev.objective)
+        t = red.apply(s)
+        assert red.holds(t) and evaluate_stages(problem, t).objective <= ev.objective, (s, t.tolist())
+    out = solve_stage(problem, FAST, reduction=red)
+    assert out.status == "optimal" and out.objective == best and red.holds(out.assignment)
