@@ -799,7 +799,8 @@ def _parse_weights(text: str) -> dict[str, int | float]:
     """``--weights mem_peak=1,comm_total=1e-3`` as {term: weight}; integers stay exact Python ints."""
     from .problems.stage import ObjectiveWeights
 
-    terms = [f.name for f in dataclasses.fields(ObjectiveWeights)]
+    # Not grad_sync_peak: --weights sets inference objectives, and the sync is training's (--training weighs it).
+    terms = [f.name for f in dataclasses.fields(ObjectiveWeights) if f.name != "grad_sync_peak"]
     out: dict[str, int | float] = {}
     for item in text.split(","):
         key, sep, value = (part.strip() for part in item.partition("="))
@@ -1131,7 +1132,7 @@ def format_result(r) -> str:
         lines.append(f"gap          {100 * r.gap:.4f} %")
     t = r.terms
     if r.problem == "stage" and t:
-        lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill", "stage_time_peak") if k in t)
+        lines.append("terms        " + ", ".join(f"{k}={t[k]:,}" for k in ("mem_peak", "comm_total", "comm_peak", "compute_peak", "spill", "stage_time_peak", "grad_sync_peak") if k in t)
                      + (f"  (time terms: {tags})" if tags else ""))
         lines.append("stage memory " + " | ".join(_bytes(b) for b in t["stage_mem"]))
         lines.append("stage time   " + " | ".join(f"{1e3 * x:.3f} ms" for x in t["stage_compute_s"]) + timed)
@@ -1146,6 +1147,9 @@ def format_result(r) -> str:
                 sync = f", {1e3 * t['grad_sync_s']:.3f} ms of it syncing replicated weights" if t.get("grad_sync_s") else ""
                 forward = f"forward {tags}, " if tags else ""
                 lines.append(f"step time    {1e3 * t['step_time_s']:.3f} ms ({forward}backward {t['backward_time_source']}{sync})")
+                if "grad_sync_peak" in t:  # the objective is this step in ticks: slots x slowest stage + the sync
+                    lines.append(f"grad sync    {1e3 * (t.get('grad_sync_s') or 0.0):.3f} ms ({t['grad_sync_peak']:,} ticks: the busiest "
+                                 "stage's gradient all-reduce of its replicated weights, part of the proven step)")
                 if t.get("activation_source"):
                     lines.append(f"activations  {t['activation_source']}")
                 if t.get("working_set_source"):  # the stage's largest working set on top of its stash

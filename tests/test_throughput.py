@@ -189,12 +189,27 @@ def test_cpsat_keeps_the_memory_capacity_that_moves_the_split():
     assert evaluate_stages(tight, out.assignment).stage_memory == (20, 20)
 
 
-def test_milp_refuses_the_pipeline_model_in_one_line():
+@given(pipeline_problems(max_nodes=5))
+@settings(max_examples=15, deadline=None)
+def test_milp_models_the_pipeline_and_finds_the_brute_force_optimum(problem):
+    # The sends and the slowest stage as epigraph rows (its cross-check of CP-SAT on the training step).
+    from incsched.solvers.milp.stage import solve_stage_milp
+
+    out, best = solve_stage_milp(problem, FAST), brute_force(problem)
+    if best is None:
+        assert out.status == "infeasible"
+        return
+    assert out.status == "optimal" and out.objective == best == evaluate_stages(problem, out.assignment).objective
+
+
+def test_milp_refuses_recompute_inputs_in_one_line():
     from incsched.solvers.milp.stage import solve_stage_milp
 
     g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
-    with pytest.raises(ProblemError, match="does not model the pipeline"):
-        solve_stage_milp(StageProblem.pipeline(g, 2), FAST)
+    p = StageProblem.pipeline(g, 2, memory=10**6, mode="training", recompute=True)
+    with pytest.raises(ProblemError, match="does not model the inputs a stage keeps under recompute") as err:
+        solve_stage_milp(p, FAST)
+    assert "\n" not in str(err.value)
 
 
 def test_json_round_trip_keeps_the_pipeline_fields():

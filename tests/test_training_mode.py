@@ -180,17 +180,23 @@ def test_evaluator_matches_the_written_training_model(problem, data):
     stages = sorted(data.draw(st.lists(st.integers(0, K - 1), min_size=g.n_nodes, max_size=g.n_nodes)))
     ev = evaluate_stages(problem, stages)
     ticks, memory = reference(problem, stages)
-    assert ev.stage_time.tolist() == ticks and ev.objective == max(ticks)
+    assert ev.stage_time.tolist() == ticks and ev.stage_time_peak == max(ticks)
     assert list(ev.stage_memory) == memory
     assert ev.feasible == (problem.memory is None or all(m <= c for m, c in zip(memory, problem.memory)))
-    sync = [0] * K  # each stage holding a replicated weight sends its gradient once per step
+    sync, sync_ticks = [0] * K, [0] * K  # each stage holding a replicated weight sends its gradient once per step
     for w in g.shared_weights:
         holders = {stages[r] for r in w.readers}
         for k in holders if len(holders) > 1 and problem.bandwidth else ():
             sync[k] += w.nbytes
+            sync_ticks[k] += round(Fraction(w.nbytes) / (Fraction("1000.0") * Fraction("0.001")))  # bytes / (B/s x s/tick)
     expected_sync = max(sync) / problem.bandwidth if problem.bandwidth else 0.0
     assert ev.grad_sync_s == pytest.approx(expected_sync)
     assert ev.step_time_s == pytest.approx(float(problem.step_slots()) * ev.stage_time_peak_s + expected_sync)
+    # The objective is the step in ticks: slots x slowest stage + the busiest stage's sync (interleaved: v times it).
+    v = training.parse_schedule(problem.schedule)[1]
+    assert ev.grad_sync_peak == max(sync_ticks) and ev.terms["grad_sync_peak"] == max(sync_ticks)
+    assert ev.step_ticks == problem.step_slots() * max(ticks) + max(sync_ticks)
+    assert ev.objective == v * ev.step_ticks
 
 
 @given(training_problems(max_nodes=5))
@@ -215,10 +221,12 @@ def test_recompute_memory_moves_the_optimum():
                   work_bytes=[0] * 4, largest_weight_bytes=[0] * 4)  # the stash alone
     plain = StageProblem.pipeline(g, 2, memory=30, micro_batches=3, time_unit=1e-3, mode="training")
     again = StageProblem.pipeline(g, 2, memory=30, micro_batches=3, time_unit=1e-3, mode="training", recompute=True)
-    assert solve_stage(plain, FAST).objective == 9 == brute_force(plain)
+    # The objective is the step: M + K - 1 = 4 slots of the slowest stage (no shared weight to sync).
+    first = solve_stage(plain, FAST)
+    assert first.objective == 4 * 9 == brute_force(plain) and evaluate_stages(plain, first.assignment).stage_time_peak == 9
     out = solve_stage(again, FAST)
-    assert out.status == "optimal" and out.objective == 6 == brute_force(again)
-    assert out.assignment.tolist() == [0, 0, 1, 1]
+    assert out.status == "optimal" and out.objective == 4 * 6 == brute_force(again)
+    assert out.assignment.tolist() == [0, 0, 1, 1] and evaluate_stages(again, out.assignment).stage_time_peak == 6
     assert evaluate_stages(again, out.assignment).stage_memory == (8 + 2 * 8, 16 + 1 * 8)
 
 

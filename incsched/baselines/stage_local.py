@@ -5,7 +5,8 @@ leave stages unbalanced by whole nodes. Moving one node at a time to any stage i
 (incrementally re-costing only the K per-stage loads and K-1 boundaries it touches) closes most of
 that gap in milliseconds, which gives CP-SAT a far better hint and a smaller window to search.
 A move re-costs shared weights exactly: it takes a weight off the old stage when the node was its
-last reader there, and onto the new one when no reader was there yet.
+last reader there, and onto the new one when no reader was there yet; under ``grad_sync_peak``
+the sync is recounted from the readers per stage.
 """
 
 from __future__ import annotations
@@ -63,17 +64,32 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
     np.add.at(diff, s[g.dst], -units)
     boundary = np.cumsum(diff)[: K - 1]
 
-    def cost(mem, comp, boundary, comm):
+    sync_ticks = problem.grad_sync_ticks if w.grad_sync_peak and shared is not None else None
+
+    def cost(mem, comp, boundary, comm, sync=0):
         # Python numbers, not numpy scalars: an integer weight times 2**62 bytes must not wrap int64.
         c = w.mem_peak * int(mem.max()) + w.comm_total * comm + w.compute_peak * int(comp.max())
         if w.comm_peak:
             c += w.comm_peak * int(boundary.max())
         if w.spill:
             c += w.spill * int(np.maximum(mem - spill_cap, 0).sum())
+        if sync:
+            c += w.grad_sync_peak * sync
         return c
 
+    def sync_after(v: int, a: int, b: int) -> int:
+        """grad_sync_peak with v moved from a to b (0 when the term is not weighed)."""
+        if sync_ticks is None:
+            return 0
+        if not shared.reads[v]:
+            return shared.sync_peak(sync_ticks)
+        shared.move(v, a, b)
+        peak = shared.sync_peak(sync_ticks)
+        shared.move(v, b, a)
+        return peak
+
     comm = sum(u * d for u, d in zip(units.tolist(), (s[g.dst] - s[g.src]).tolist()))  # Python ints: no int64 wrap
-    current = cost(mem, comp, boundary, comm)
+    current = cost(mem, comp, boundary, comm, shared.sync_peak(sync_ticks) if sync_ticks is not None else 0)
     ptr_p, idx_p, ptr_s, idx_s = g.pred_ptr, g.pred_idx, g.succ_ptr, g.succ_idx
     movable = np.flatnonzero((g.node_weight_bytes > 0) | (net != 0) | (ticks.max(axis=1) > 0))
     for _ in range(max_sweeps):
@@ -106,7 +122,7 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
                 else:
                     new_boundary[b:a] -= net[v]
                 new_comm = comm + (b - a) * int(net[v])
-                c = cost(new_mem, new_comp, new_boundary, new_comm)
+                c = cost(new_mem, new_comp, new_boundary, new_comm, sync_after(v, a, b))
                 sq = sq_a + (int(mem[b]) + on) ** 2 - int(mem[b]) ** 2
                 key = (c, sq)
                 if (c < current or (c == current and sq < 0)) and (best is None or key < best[0]):
@@ -149,6 +165,13 @@ class _SharedOnStages:
     def joining(self, v: int, b: int) -> int:
         """Shared bytes stage b takes on when v joins it (weights no reader held there yet)."""
         return sum(self.nbytes[i] for i in self.reads[v] if self.count[i, b] == 0)
+
+    def sync_peak(self, ticks: np.ndarray) -> int:
+        """grad_sync_peak: the busiest stage's sync ticks of the weights held on two or more stages."""
+        held = self.count > 0
+        replicated = held.sum(axis=1) > 1
+        per_stage = (np.asarray(ticks, dtype=np.int64)[:, None] * (held & replicated[:, None])).sum(axis=0)
+        return int(per_stage.max(initial=0))
 
     def move(self, v: int, a: int, b: int) -> None:
         for i in self.reads[v]:
@@ -289,7 +312,8 @@ def loadless_nodes(problem: StageProblem) -> np.ndarray:
     memory term or capacity is in play; likewise compute ticks and ``compute_peak``. Under
     ``comm_peak`` any node with net traffic moves a boundary load, so it is never loadless. Under
     ``stage_time_peak`` a node with ticks, a value that costs sends or a reader of one is not, nor
-    under ``memory`` a node with parameters or outputs.
+    under ``memory`` a node with parameters or outputs, nor under ``grad_sync_peak`` a reader of a
+    shared weight whose sync costs ticks.
     """
     g, w = problem.graph, problem.weights
     units = problem.edge_comm
@@ -308,6 +332,10 @@ def loadless_nodes(problem: StageProblem) -> np.ndarray:
         out &= ~problem.node_ticks.any(axis=1) & ~sends & ~reads
     if problem.memory is not None:
         out &= ~problem.node_memory_coef.any(axis=1)
+    if w.grad_sync_peak > 0:  # a reader decides which stages hold, and sync, a shared weight
+        for weight, t in zip(g.shared_weights, problem.grad_sync_ticks.tolist()):
+            if t:
+                out[list(weight.readers)] = False
     return out
 
 

@@ -18,15 +18,17 @@ all (`stage_reduction` states each):
   are put in order.
 
 Why each move costs nothing extra, for every objective term and constraint the rules are built
-for (``mem_peak``, ``comm_total``, ``comm_peak``, ``compute_peak``, ``spill``, hard capacities):
-moving a loadless group changes no stage's parameters or compute (it reads no shared weight,
-so no stage gains or loses one); ``comm_total`` changes by
+for (``mem_peak``, ``comm_total``, ``comm_peak``, ``compute_peak``, ``spill``, ``grad_sync_peak``,
+hard capacities): moving a loadless group changes no stage's parameters or compute (it reads no
+shared weight, so no stage gains or loses one, and the set of stages holding each shared weight,
+which alone decides the gradient sync, stays as it was: a reader is never loadless, so it is never
+merged, placed or moved); ``comm_total`` changes by
 ``net * (new - old)`` <= 0; each boundary the group crosses changes its traffic by ``-net`` (moving
 down) or ``+net`` (moving up), never up, so ``comm_peak`` does not rise. Every move lowers the
 potential sum(net * stage) strictly, so the placing rules settle. Swapping interchangeable
 branches maps each stage's loads and each boundary's traffic onto equal ones; a shared weight
 read at position i is read there by every branch of the class, so the set of stages holding a
-reader, and with it what each stage holds, is the same after the swap. Problems of the
+reader, and with it what each stage holds and syncs, is the same after the swap. Problems of the
 pipeline model (send times, activation memory) get no rules: there a stage's time depends on the
 edges it sends. (Training memory's working-set and optimizer-step terms are maxima over a stage's
 nodes: a merge that takes its members' maxima, as `incsched.graph.coarsen.quotient` does, keeps

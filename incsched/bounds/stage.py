@@ -54,7 +54,8 @@ def stage_term_bounds(problem: StageProblem) -> dict[str, int]:
     same two arguments on each node's fastest ticks. ``stage_time_peak`` (listed only when
     weighed, as the pipeline term): the same as ``compute_peak``, since sends only add to a stage's
     time. ``spill``: parameters (every weight once) beyond the stages' total spill capacity. Communication terms are
-    bounded by 0 (every node may share one stage).
+    bounded by 0 (every node may share one stage), and so is ``grad_sync_peak`` (listed only when
+    weighed: readers sharing a stage sync nothing).
     """
     K = problem.n_stages
     need, total = problem.graph.node_weight_bytes, problem.graph.total_param_bytes
@@ -65,6 +66,8 @@ def stage_term_bounds(problem: StageProblem) -> dict[str, int]:
         out["compute_peak"] = max(int(ticks.max()), -(-int(ticks.sum()) // K))
     if problem.weights.stage_time_peak > 0:
         out["stage_time_peak"] = out["compute_peak"]
+    if problem.weights.grad_sync_peak > 0:
+        out["grad_sync_peak"] = 0
     if problem.spill_capacity is not None:
         out["spill"] = max(0, total - int(sum(problem.spill_capacity)))
     return out
@@ -394,7 +397,7 @@ def proof_bound(problem: StageProblem, incumbent_objective, cl: Closure | None =
     ----------
     others : int or Fraction
         A lower bound on the weighted terms other than mem_peak, comm_total and comm_peak
-        (compute_peak, spill), which this function does not bound.
+        (compute_peak, spill, grad_sync_peak ...), which this function does not bound.
     peak : int, optional
         `peak_lower_bound` when already known (it does not depend on the incumbent).
 

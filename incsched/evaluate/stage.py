@@ -20,8 +20,9 @@ The pipeline figures (``stage_time_peak``, per-stage sends and memory in flight)
 and a difference array over the stages it is sent from. Training mode (``problem.training``) follows
 `incsched.problems.training`'s rules, recomputed here from the per-stage sums: parameters times the
 optimizer's factor, the schedule's stashed activations (or, with recompute, the bytes each stage
-receives, counted from the edges), forward plus backward seconds, sends both ways, and
-``step_time_s``.
+receives, counted from the edges), forward plus backward seconds, sends both ways, the gradient
+sync of replicated shared weights (``grad_sync_peak``, from the weights-by-stages table), and
+``step_time_s`` / ``step_ticks``.
 """
 
 from __future__ import annotations
@@ -61,7 +62,11 @@ class StageEvaluation:
     is a training step's seconds (`StageProblem.step_slots` times the slowest stage, plus
     ``grad_sync_s``), None otherwise. ``grad_sync_s``: once per step, every stage holding a
     replicated shared weight sends its gradient at ``bandwidth`` to keep the copies equal; the
-    busiest stage's sends (0 without a bandwidth). It is reported, not part of the objective.
+    busiest stage's sends in unrounded seconds (0 without a bandwidth). In ticks it is the
+    ``grad_sync_peak`` term (each weight's sync rounded once, `StageProblem.grad_sync_ticks`;
+    ``stage_sync`` per stage), and ``step_ticks`` = ``step_slots * stage_time_peak +
+    grad_sync_peak`` is the step the training preset minimises (exact: an int, or a Fraction
+    under interleaved slots).
     """
 
     feasible: bool
@@ -89,11 +94,16 @@ class StageEvaluation:
     grad_sync_s: float | None = None  # training: the busiest stage's gradient sends for its replicated weights, once per step
     pipelined: bool = False
     replicated: dict[str, list[int]] | None = None  # shared weight -> the stages (>= 2) holding it
+    grad_sync_peak: int | None = None  # ticks: the busiest stage's sync of its replicated weights (0 outside training)
+    stage_sync: np.ndarray | None = None  # (K,) sync ticks per stage
+    step_ticks: int | Fraction | None = None  # training: step_slots * stage_time_peak + grad_sync_peak
+    training: bool = False
 
     @property
     def terms(self) -> dict[str, int | None]:
-        """The objective terms by name: the first five, and ``stage_time_peak`` for pipeline problems
-        (`StageProblem.pipelined`), so that other problems' terms read as they always have."""
+        """The objective terms by name: the first five, ``stage_time_peak`` for pipeline problems
+        (`StageProblem.pipelined`) and ``grad_sync_peak`` in training, so that other problems'
+        terms read as they always have."""
         out = {
             "mem_peak": self.mem_peak,
             "comm_total": self.comm_total,
@@ -103,6 +113,8 @@ class StageEvaluation:
         }
         if self.pipelined:
             out["stage_time_peak"] = self.stage_time_peak
+        if self.training:
+            out["grad_sync_peak"] = self.grad_sync_peak
         return out
 
 
@@ -157,7 +169,7 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
         ]
     )
     if out_of_range.size:
-        return _finish(violations, count, None, problem.pipelined)
+        return _finish(violations, count, None, problem.pipelined, problem.training)
 
     # np.add.at keeps integer sums exact (a float bincount would round above 2**53 bytes).
     stage_mem = np.zeros(K, dtype=np.int64)
@@ -227,6 +239,7 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     np.add.at(acts, s, g.out_bytes)
     # Python ints: in-flight counts times activations are not bounded by the byte columns' limit.
     grad_sync_s = _grad_sync_s(problem, replicated) if problem.training else None
+    stage_sync = _stage_sync(problem, replicated)
     if problem.training:
         stage_memory = _training_memory(problem, s, sends, last, stage_mem.tolist())
     else:
@@ -244,6 +257,7 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
         compute_peak=int(stage_compute.max()),
         spill=spill,
         stage_time_peak=int(stage_time.max()),
+        grad_sync_peak=int(stage_sync.max()),
     )
     # Exact: each weight as the decimal it denotes (0.1 is 1/10), times an int term.
     w = problem.weights.exact()
@@ -267,9 +281,12 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
             step_time_s=float(problem.step_slots() * slowest_s) + grad_sync_s if problem.training else None,
             grad_sync_s=grad_sync_s,
             replicated=replicated,
+            stage_sync=stage_sync,
+            step_ticks=exact_number(problem.step_slots() * values["stage_time_peak"] + values["grad_sync_peak"]) if problem.training else None,
             **values,
         ),
         problem.pipelined,
+        problem.training,
     )
 
 
@@ -283,6 +300,17 @@ def _grad_sync_s(problem: StageProblem, replicated: dict[str, list[int]]) -> flo
         for k in stages:
             per_stage[k] += nbytes[name]
     return max(per_stage) / problem.bandwidth
+
+
+def _stage_sync(problem: StageProblem, replicated: dict[str, list[int]]) -> np.ndarray:
+    """Sync ticks per stage: each replicated weight's `StageProblem.grad_sync_ticks` on every stage
+    holding it (all 0 outside training or without a bandwidth)."""
+    per_stage = np.zeros(problem.n_stages, dtype=np.int64)
+    ticks = problem.grad_sync_ticks
+    for i, weight in enumerate(problem.graph.shared_weights):
+        if weight.name in replicated and ticks[i]:
+            per_stage[replicated[weight.name]] += int(ticks[i])  # at most all syncs' ticks <= 2**61: no wrap
+    return per_stage
 
 
 def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, last: np.ndarray, params: list) -> tuple[int, ...]:
@@ -343,7 +371,7 @@ def _as_stage_array(stages, n: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _finish(violations: list[str], count: int, values: dict | None, pipelined: bool) -> StageEvaluation:
+def _finish(violations: list[str], count: int, values: dict | None, pipelined: bool, training: bool) -> StageEvaluation:
     if count > len(violations):
         violations = violations + [f"... and {count - len(violations)} more violations"]
     empty = dict.fromkeys(
@@ -361,8 +389,8 @@ def _finish(violations: list[str], count: int, values: dict | None, pipelined: b
             "boundary_comm",
         )
     )
-    for arr_name in ("stage_mem", "stage_compute", "stage_compute_s", "boundary_comm", "stage_send", "stage_time", "stage_time_s"):
+    for arr_name in ("stage_mem", "stage_compute", "stage_compute_s", "boundary_comm", "stage_send", "stage_time", "stage_time_s", "stage_sync"):
         if values is not None:
             values[arr_name].setflags(write=False)
     return StageEvaluation(feasible=count == 0, violations=tuple(violations), n_violations=count, pipelined=pipelined,
-                           **(values or empty))
+                           training=training, **(values or empty))

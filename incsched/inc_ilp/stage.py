@@ -207,7 +207,8 @@ class Reduction:
         p: StageProblem = ctx.problem
         w = p.weights.exact()
         terms = stage_term_bounds(p)
-        others = sum((w[t] * terms[t] for t in ("compute_peak", "spill")), Fraction(0))
+        # Floors of the terms proof_bound does not bound itself (the sync's is 0 unless forced).
+        others = sum((w[t] * terms.get(t, 0) for t in ("compute_peak", "spill", "grad_sync_peak")), Fraction(0))
         with ctx.timed("bounds"):
             pb = proof_bound(p, ctx.best_value, self.cl, others=others, peak=self.peak)
         ranges = pb.ranges

@@ -73,7 +73,22 @@ a stage also holds a node's working set (`work_coef`) on top of its stash less w
 it released (`release_coef`), or, when the optimizer steps, the largest step temporaries
 (`step_coef`), whichever is more;
 ``node_ticks`` are forward plus backward; ``send_ticks`` carry each crossed value forward and its
-gradient back. The objective stays ``stage_time_peak``: a step is `step_slots` of it.
+gradient back.
+
+*The training step* (the objective `StageProblem.pipeline` weighs in training mode). A step is
+``step_slots * stage_time_peak + grad_sync_peak`` ticks: the schedule's slots of the slowest stage,
+then the gradient all-reduce of every *replicated* shared weight (one read on two or more stages:
+each copy trains on its own stage's gradients, so the copies exchange them once per step).
+``grad_sync_peak`` is the busiest stage's sync: max over stages k of the sum, over the shared
+weights held on k and on at least one other stage, of ``grad_sync_ticks[w]`` =
+``round(nbytes(w) / bandwidth / time_unit)``, rounded once per weight exactly as `send_ticks`
+(0 without a bandwidth). Each holder is charged the weight's bytes once: a 2-holder all-reduce
+moves nbytes each way (each sends its gradient, receives the other's); a ring over r holders moves
+2 (r - 1) / r nbytes per holder, between 1 and 2 times this figure, so for r > 2 the term is a
+lower estimate of the bandwidth-optimal ring by at most 2x. The preset's weights are
+``stage_time_peak = step_slots``, ``grad_sync_peak = 1``; interleaved 1F1B's slots ``M + (K - 1) / v``
+are not whole, so both are multiplied by v (the objective is then v x the step's ticks), keeping
+the weights integers. Inference problems cannot weigh the term (there is no gradient).
 """
 
 from __future__ import annotations
@@ -82,7 +97,7 @@ import math
 import os
 from decimal import Decimal
 from fractions import Fraction
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -153,8 +168,10 @@ class ObjectiveWeights:
     """Non-negative weights of the stage objective's terms (0 leaves a term out).
 
     ``mem_peak`` and ``spill`` multiply bytes, ``comm_total`` and ``comm_peak`` bytes or edges (see
-    `StageProblem.comm`), ``compute_peak`` and ``stage_time_peak`` (compute plus sends, the
-    pipeline's slowest stage: see the module notes) ticks of `StageProblem.time_unit`.
+    `StageProblem.comm`), ``compute_peak``, ``stage_time_peak`` (compute plus sends, the
+    pipeline's slowest stage: see the module notes) and ``grad_sync_peak`` (training: the busiest
+    stage's gradient all-reduce of its replicated shared weights, once per step) ticks of
+    `StageProblem.time_unit`. A document without ``grad_sync_peak`` reads it as 0.
     """
 
     mem_peak: float = 0.0
@@ -163,6 +180,7 @@ class ObjectiveWeights:
     compute_peak: float = 0.0
     spill: float = 0.0
     stage_time_peak: float = 0.0
+    grad_sync_peak: float = 0.0
 
     def __post_init__(self):
         for f in fields(self):
@@ -208,7 +226,7 @@ class ObjectiveWeights:
         Examples
         --------
         >>> ObjectiveWeights(mem_peak=1, comm_total=1e-7).scaled()
-        ({'mem_peak': 10000000, 'comm_total': 1, 'comm_peak': 0, 'compute_peak': 0, 'spill': 0, 'stage_time_peak': 0}, Fraction(1, 10000000))
+        ({'mem_peak': 10000000, 'comm_total': 1, 'comm_peak': 0, 'compute_peak': 0, 'spill': 0, 'stage_time_peak': 0, 'grad_sync_peak': 0}, Fraction(1, 10000000))
         """
         exact = self.exact()
         d = max((_places(x) for x in exact.values()), default=0)
@@ -367,6 +385,8 @@ class StageProblem:
             object.__setattr__(self, name, value)
         if self.training and self.micro_batches is None:
             raise ProblemError("mode='training' needs micro_batches: the schedule's stashed activations and the step time count them")
+        if self.weights.grad_sync_peak > 0 and not self.training:
+            raise ProblemError("the grad_sync_peak term weighs training's gradient all-reduce; it needs mode='training'")
 
     def _per_stage_bytes(self, name: str, value) -> tuple[int, ...] | None:
         if value is None:
@@ -434,7 +454,8 @@ class StageProblem:
     def pipeline(cls, graph: CompGraph, n_stages: int = 4, *, memory=None, bandwidth: float | None = None,
                  micro_batches: int = 4, mode: str = "inference", optimizer: str | None = None, schedule: str | None = None,
                  recompute: bool = False, **kwargs: Any) -> StageProblem:
-        """The throughput objective: minimise ``stage_time_peak``, the slowest stage's compute plus sends.
+        """The throughput objective: minimise ``stage_time_peak``, the slowest stage's compute plus sends
+        (in training mode, the step it makes with the gradient sync).
 
         What torchgpipe's ``balance_by_time`` and PipeDream's and Alpa's planners optimise: a
         pipeline delivers one micro-batch per slowest stage's time. See the module notes for the
@@ -454,7 +475,9 @@ class StageProblem:
         mode, optimizer, schedule, recompute
             ``mode="training"``: the slowest stage's forward plus backward and sends both ways,
             under memory for parameters, gradients, optimizer state (the ``optimizer`` preset) and
-            the activations the ``schedule`` stashes (see `incsched.problems.training`).
+            the activations the ``schedule`` stashes (see `incsched.problems.training`). The
+            objective is then a training step in ticks, ``step_slots * stage_time_peak +
+            grad_sync_peak`` (interleaved: v times that, so the weights stay whole; the module notes).
         **kwargs
             Further `StageProblem` fields (capacity, device_kind, stage_speed ...).
 
@@ -467,9 +490,17 @@ class StageProblem:
         >>> t = StageProblem.pipeline(g, 2, micro_batches=4, mode="training", optimizer="adam-fp32")
         >>> t.param_factor, t.in_flight(), t.stage_memory_coef.tolist()
         (4, [2, 1], [[50, 45], [120, 120]])
+        >>> t.weights.stage_time_peak, t.weights.grad_sync_peak  # a step: (M + K - 1) slots + the sync
+        (5, 1)
         """
-        return cls(graph, n_stages, ObjectiveWeights(stage_time_peak=1), comm="bytes", memory=memory, bandwidth=bandwidth,
-                   micro_batches=micro_batches, mode=mode, optimizer=optimizer, schedule=schedule, recompute=recompute, **kwargs)
+        problem = cls(graph, n_stages, ObjectiveWeights(stage_time_peak=1), comm="bytes", memory=memory, bandwidth=bandwidth,
+                      micro_batches=micro_batches, mode=mode, optimizer=optimizer, schedule=schedule, recompute=recompute, **kwargs)
+        if not problem.training:
+            return problem
+        # A step: slots x slowest stage + the gradient sync; interleaved slots M + (K - 1) / v are
+        # not whole, so both weights are v times theirs (the module notes). Fields checked above.
+        v = training.parse_schedule(problem.schedule)[1]
+        return replace(problem, weights=ObjectiveWeights(stage_time_peak=int(v * problem.step_slots()), grad_sync_peak=v))
 
     @property
     def pipelined(self) -> bool:
@@ -603,16 +634,47 @@ class StageProblem:
         g = self.graph
         out = np.zeros(g.n_nodes, dtype=np.int64)
         if self.bandwidth is not None and g.n_nodes:
-            per_tick = Fraction(repr(self.bandwidth)) * Fraction(repr(self.time_unit))  # bytes one tick carries
             # Training: each crossed value goes forward and its gradient comes back (the module notes).
             directions = training.SEND_DIRECTIONS if self.training else 1
-            ticks = [round(Fraction(directions * int(b)) / per_tick) for b in g.out_bytes.tolist()]
+            ticks = self._transfer_ticks([directions * int(b) for b in g.out_bytes.tolist()])
             total = sum(ticks) + int(self.node_ticks.max(axis=1).sum())
             if total > MAX_TOTAL_TICKS:
                 v = int(np.argmax(g.out_bytes))
                 raise ProblemError(
                     f"sends of graph {g.name!r} at {self.bandwidth:g} bytes/s come to about 2**{total.bit_length() - 1} ticks of {self.time_unit:g} s with "
                     f"the compute (node {g.names[v]!r} alone about 2**{max(ticks[v].bit_length() - 1, 0)}), beyond the supported 2**61; use a larger bandwidth or time_unit"
+                )
+            out[:] = ticks
+        out.setflags(write=False)
+        return out
+
+    def _transfer_ticks(self, nbytes: list[int]) -> list[int]:
+        """``round(b / bandwidth / time_unit)`` for each byte count: both floats read as the decimals
+        they print as, the quotient in exact rationals rounded half to even, once (the module notes)."""
+        per_tick = Fraction(repr(self.bandwidth)) * Fraction(repr(self.time_unit))  # bytes one tick carries
+        return [round(Fraction(int(b)) / per_tick) for b in nbytes]
+
+    @cached_property
+    def grad_sync_ticks(self) -> np.ndarray:
+        """Ticks of one stage's gradient sync of each shared weight, in `CompGraph.shared_weights`
+        order: ``round(nbytes / bandwidth / time_unit)``, rounded like `send_ticks`; all 0 without
+        a bandwidth or outside training (no gradients). int64, read-only.
+
+        Raises
+        ------
+        ProblemError
+            If the syncs of all shared weights pass `MAX_TOTAL_TICKS` with the compute and sends.
+        """
+        weights = self.graph.shared_weights
+        out = np.zeros(len(weights), dtype=np.int64)
+        if self.bandwidth is not None and self.training and weights:
+            ticks = self._transfer_ticks([w.nbytes for w in weights])
+            total = sum(ticks) + int(self.send_ticks.sum()) + int(self.node_ticks.max(axis=1).sum())
+            if total > MAX_TOTAL_TICKS:
+                raise ProblemError(
+                    f"gradient syncs of graph {self.graph.name!r}'s shared weights at {self.bandwidth:g} bytes/s come to about "
+                    f"2**{total.bit_length() - 1} ticks of {self.time_unit:g} s with the compute and sends, beyond the supported 2**61; "
+                    "use a larger bandwidth or time_unit"
                 )
             out[:] = ticks
         out.setflags(write=False)
@@ -699,7 +761,8 @@ class StageProblem:
 
         What the solvers check their integer ranges with: ``mem_peak`` and ``spill`` at most all
         parameters (shared weights once: no stage holds one twice), ``comm_total`` every edge across all K-1 boundaries, ``comm_peak`` every edge,
-        ``compute_peak`` every node at its slowest, ``stage_time_peak`` that plus every send.
+        ``compute_peak`` every node at its slowest, ``stage_time_peak`` that plus every send,
+        ``grad_sync_peak`` every shared weight's sync.
         """
         params = self.graph.total_param_bytes
         comm = int(self.edge_comm.sum())
@@ -711,6 +774,7 @@ class StageProblem:
             "compute_peak": ticks,
             "spill": params,
             "stage_time_peak": ticks + int(self.send_ticks.sum()),
+            "grad_sync_peak": int(self.grad_sync_ticks.sum()),
         }
 
     # ------------------------------------------------------------------ feasibility
@@ -899,7 +963,8 @@ class StageProblem:
             "version": VERSION,
             "graph": graph_to_dict(self.graph),
             "n_stages": self.n_stages,
-            "weights": self.weights.as_dict(),
+            # The sync term only when weighed: documents of every other problem stay as they were.
+            "weights": {t: x for t, x in self.weights.as_dict().items() if t != "grad_sync_peak" or x},
             "comm": self.comm,
             "capacity": None if self.capacity is None else list(self.capacity),
             "spill_capacity": None if self.spill_capacity is None else list(self.spill_capacity),

@@ -55,7 +55,12 @@ The model, stage k of K (0-based), M micro-batches:
   inference model charges the forward send, so one stage per boundary link carries its traffic.
 - *Step time.* 1F1B and GPipe run M + K - 1 slots of the slowest stage's forward-and-backward time
   (K - 1 of them the fill and drain bubble); interleaved 1F1B with v chunks per stage shrinks the
-  bubble to (K - 1) / v (Narayanan et al. 2021, section 2.2.2): `step_slots`.
+  bubble to (K - 1) / v (Narayanan et al. 2021, section 2.2.2): `step_slots`. Then the copies of a
+  shared weight held on several stages all-reduce their gradients before the optimizer steps:
+  each holder sends the weight's bytes once (`StageProblem.grad_sync_ticks`), and the step adds
+  the busiest stage's sync. ``StageProblem.pipeline`` minimises that step,
+  ``step_slots * stage_time_peak + grad_sync_peak`` (`incsched.problems.stage`'s notes). The
+  slots count K even where a split leaves stages empty: the model is of a K-stage pipeline.
 """
 
 from __future__ import annotations

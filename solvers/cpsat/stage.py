@@ -5,7 +5,9 @@ changes a load (parameters, compute, or boundary traffic under ``comm_peak``); `
 linear in the stages. A shared weight (`CompGraph.shared_weights`) gets one Boolean per stage that
 some reader may take, ``held[w,k] == OR(x[v,k] for readers v)`` (both directions, so no slack
 reaches a solution's cost), whose bytes join stage k's parameters in every memory expression
-(``mem_peak``, ``spill``, ``capacity``, the ``memory`` of the pipeline model); a graph without
+(``mem_peak``, ``spill``, ``capacity``, the ``memory`` of the pipeline model) and, in training,
+decide its gradient sync (``grad_sync_peak``: a replicated indicator per weight, a sync Boolean per
+weight and holding stage, a per-stage sum under a peak; `_StageModel._grad_sync`); a graph without
 shared weights gets the model it always had. Windows from the relaxation step restrict the domains; a hint (a full stage
 assignment, typically a pre-scheduler's incumbent) warm-starts the search.
 
@@ -213,6 +215,8 @@ def check_model_range(problem: StageProblem, weights: dict[str, int] | None = No
         sums["a boundary's traffic (counted on both ends)"] = 2 * comm
     if weights.get("stage_time_peak"):
         sums["one stage's compute and send ticks"] = ub["stage_time_peak"]
+    if weights.get("grad_sync_peak"):
+        sums["one stage's gradient sync ticks"] = ub["grad_sync_peak"]
     if problem.memory is not None:
         acts = int(problem.graph.out_bytes.sum())  # training with recompute: plus the values a stage receives
         sums["one stage's parameters and activations in flight"] = max(
@@ -286,8 +290,12 @@ class _StageModel:
         # memory = parameters + activations in flight, bounded by ``memory``.
         self.use_stage_time = weights.get("stage_time_peak", 0) > 0
         self.use_memory = problem.memory is not None
-        weighed = self.use_mem or self.use_memory
-        self.shared = tuple(w for w in problem.graph.shared_weights if w.nbytes) if weighed else ()
+        # Training's gradient sync of replicated shared weights (only weights whose sync costs ticks).
+        self.use_grad_sync = weights.get("grad_sync_peak", 0) > 0 and bool(problem.grad_sync_ticks.any())
+        weighed = self.use_mem or self.use_memory or self.use_grad_sync
+        kept = [i for i, w in enumerate(problem.graph.shared_weights) if w.nbytes] if weighed else []
+        self.shared = tuple(problem.graph.shared_weights[i] for i in kept)
+        self.shared_ticks = [int(problem.grad_sync_ticks[i]) if self.use_grad_sync else 0 for i in kept]
         self.terms: dict[str, cp_model.IntVar] = {}
         # Each term as the expressions it is the max (or sum) of: what a solution really costs.
         self.term_parts: dict[str, tuple[str, list]] = {}
@@ -311,6 +319,8 @@ class _StageModel:
             self._pipeline_memory()
         if self.use_stage_time:
             objective += self._stage_time()
+        if self.use_grad_sync:
+            objective += self._grad_sync()
         self.model.Minimize(sum(objective))
 
     # ------------------------------------------------------------------ variables
@@ -361,6 +371,9 @@ class _StageModel:
             matters[self.problem.graph.dst[data & self._senders()[self.problem.graph.src]]] = True  # readers decide a send
         if self.use_memory:
             matters |= self.problem.node_memory_coef.any(axis=1)
+        for w, t in zip(self.shared, self.shared_ticks):  # a reader decides where a synced weight is held
+            if t:
+                matters[list(w.readers)] = True
         if self.use_memory and any(self.problem.stage_input_coef):  # training with recompute: what a stage receives
             data, kept = self.problem.readers, self._kept_values()
             matters |= kept
@@ -645,6 +658,48 @@ class _StageModel:
         self.term_parts["stage_time_peak"] = ("max", loads)
         return [self.weights["stage_time_peak"] * peak]
 
+    def _grad_sync(self) -> list:
+        """grad_sync_peak == max_k (sum of the sync ticks of the weights held on k and elsewhere).
+
+        Per shared weight w whose sync costs ticks: ``rep[w]`` (held on >= 2 stages) is pinned by
+        ``sum_k held[w,k] >= 2 rep`` and ``sum_k held[w,k] <= 1 + (n - 1) rep`` (n the stages a
+        reader may take), and ``sync[w,k] == held[w,k] AND rep[w]`` by three clauses; stage k's
+        sync is ``sum_w ticks_w sync[w,k]``. Every indicator is an equality of the stages (the
+        ``held`` Booleans are the readers' OR both ways), so the model never under-charges and a
+        time-limited solution carries no slack. A weight only one stage can hold gets nothing.
+        """
+        K = self.K
+        loads: list = [0] * K
+        self.syncs: list[tuple[object, dict[int, object], object, int]] = []  # (rep, {k: new sync var}, weight, ticks), hinted
+        for w, held, t in zip(self.shared, self.held, self.shared_ticks):
+            if not t or len(held) < 2:
+                continue
+            fixed = sum(1 for y in held.values() if isinstance(y, int))  # stages a fixed reader holds it on
+            if fixed >= 2:
+                rep = 1
+            else:
+                rep = self.model.NewBoolVar(f"replicated[{w.name}]")
+                count = sum(y for y in held.values() if not isinstance(y, int)) + fixed
+                self.model.Add(count >= 2 * rep)
+                self.model.Add(count <= 1 + (len(held) - 1) * rep)
+            syncs = {}
+            for k, y in held.items():
+                if isinstance(y, int) or isinstance(rep, int):
+                    z = rep if isinstance(y, int) else y  # one side is the constant 1
+                else:
+                    z = syncs[k] = self.model.NewBoolVar(f"sync[{w.name},{k}]")
+                    self.model.AddImplication(z, y)
+                    self.model.AddImplication(z, rep)
+                    self.model.AddBoolOr([y.Not(), rep.Not(), z])
+                loads[k] += t * z
+            self.syncs.append((rep, syncs, w, t))
+        most = self.problem.term_upper_bounds()["grad_sync_peak"]
+        peak = self.model.NewIntVar(0, most, "grad_sync_peak")
+        self._max_equality(peak, loads, 0, most, "grad_sync")
+        self.terms["grad_sync_peak"] = peak
+        self.term_parts["grad_sync_peak"] = ("max", loads)
+        return [self.weights["grad_sync_peak"] * peak]
+
     def _comm_total(self):
         comm = self.problem.edge_comm
         hi = int(comm.sum()) * (self.K - 1)
@@ -741,6 +796,19 @@ class _StageModel:
                 stage_time[stages[u]:last[u]] += int(self.problem.send_ticks[u])
             per_stage["stage_time"] = stage_time.tolist()
             values["stage_time_peak"] = int(stage_time.max())
+        if self.use_grad_sync:
+            sync = [0] * K
+            for rep, syncs, w, t in self.syncs:
+                on = set(stages[list(w.readers)].tolist())
+                replicated = len(on) > 1
+                if not isinstance(rep, int):
+                    self.model.AddHint(rep, int(replicated))
+                for k, z in syncs.items():
+                    self.model.AddHint(z, int(replicated and k in on))
+                for k in on if replicated else ():
+                    sync[k] += t
+            per_stage["grad_sync"] = sync
+            values["grad_sync_peak"] = max(sync, default=0)
         if self.problem.spill_capacity is not None:
             total = g.total_param_bytes
             over = mem - np.asarray([min(int(c), total) for c in self.problem.spill_capacity], dtype=np.int64)

@@ -3,7 +3,8 @@
 Same problem, same window and hint arguments, same `SolverOutput` as `incsched.solvers.cpsat.stage`, but an
 independent formulation (one binary per node and allowed stage, stages as their weighted sum,
 peaks as epigraph variables, a shared weight as one variable per stage at least each of its
-readers' binaries there, whose bytes join that stage's parameters) solved by CBC, or HiGHS where ``highspy`` is installed. Tests compare
+readers' binaries there, whose bytes join that stage's parameters; the pipeline's sends and
+training's gradient sync as variables at least their indicators) solved by CBC, or HiGHS where ``highspy`` is installed. Tests compare
 the two back ends' optima on small instances.
 
 Exact numbers. MILP solvers compute in float64 with tolerances, so this back end (1) uses the
@@ -89,12 +90,9 @@ def solve_stage_milp(
     ValueError
         If ``backend`` is unknown or not installed here.
     ProblemError
-        If the objective's range or a linear sum passes `MILP_LIMIT` (2**53), or the problem weighs
-        ``stage_time_peak`` (its sends are CP-SAT's only; the ``memory`` capacity is modelled).
+        If the objective's range or a linear sum passes `MILP_LIMIT` (2**53), or the problem keeps
+        the inputs a stage receives under recompute (CP-SAT's only).
     """
-    if problem.weights.stage_time_peak > 0:
-        # Its sends need a Boolean per value and stage; CP-SAT has them and is the back end that certifies.
-        raise ProblemError("the MILP back end does not model the pipeline's stage_time_peak term; solve it with CP-SAT")
     if problem.memory is not None and any(problem.stage_input_coef):
         raise ProblemError("the MILP back end does not model the inputs a stage keeps under recompute; solve it with CP-SAT")
     start = time.perf_counter()
@@ -167,7 +165,8 @@ def _by_node(on: dict, n: int) -> list[list[tuple[int, pulp.LpVariable]]]:
 def _check_range(problem: StageProblem, ints: dict[str, int]) -> None:
     ub = problem.term_upper_bounds()
     worst = sum(c * ub[t] for t, c in ints.items() if c)
-    longest = max(ub["mem_peak"], ub["compute_peak"] if ints["compute_peak"] else 0, 2 * ub["comm_peak"])
+    longest = max(ub["mem_peak"], ub["compute_peak"] if ints["compute_peak"] else 0, 2 * ub["comm_peak"],
+                  ub["stage_time_peak"] if ints["stage_time_peak"] else 0, ub["grad_sync_peak"] if ints["grad_sync_peak"] else 0)
     if problem.memory is not None:
         longest = max(longest, int(problem.stage_memory_coef.sum(axis=0).max(initial=0)) + problem.param_factor * problem.shared_bytes
                       + int(problem.work_coef.max(initial=0)) + int(problem.step_coef.max(initial=0)))
@@ -203,12 +202,29 @@ def _exact_cost(problem: StageProblem, stages: np.ndarray, ints: dict[str, int])
         run += cross[b]
         boundary.append(run)
     spill = 0 if problem.spill_capacity is None else sum(max(x - c, 0) for x, c in zip(load, problem.spill_capacity))
+    # Sends: u's value leaves every stage from its own to the one before its last data reader's.
+    last = [-1] * g.n_nodes
+    for u, v, b in zip(g.src.tolist(), g.dst.tolist(), g.edge_bytes.tolist()):
+        if b > 0:
+            last[u] = max(last[u], s[v])
+    timed = list(ticks)
+    for u, t in enumerate(problem.send_ticks.tolist()):
+        for k in range(s[u], last[u]):
+            timed[k] += t
+    # Gradient sync: a shared weight held on two or more stages costs its ticks on each.
+    sync = [0] * K
+    for w, t in zip(g.shared_weights, problem.grad_sync_ticks.tolist()):
+        on = {s[v] for v in w.readers}
+        for k in on if len(on) > 1 else ():
+            sync[k] += t
     terms = {
         "mem_peak": max(load),
         "comm_total": comm_total,
         "comm_peak": max(boundary, default=0),
         "compute_peak": max(ticks),
         "spill": spill,
+        "stage_time_peak": max(timed),
+        "grad_sync_peak": max(sync),
     }
     return sum(c * terms[t] for t, c in ints.items() if c)
 
@@ -240,11 +256,12 @@ def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
     # held_w_k >= on[v, k] for each reader v: minimisation (or a capacity's room) keeps it at the
     # readers' OR; the exact cost below is recomputed from the assignment whatever it is.
     shared = [pulp.lpSum([]) for _ in range(K)]
+    held_vars: dict[tuple[int, int], pulp.LpVariable] = {}  # (weight, stage): at least its readers' OR there
     for i, weight in enumerate(g.shared_weights):
         for k in range(K):
             readers = [on[v, k] for v in weight.readers if (v, k) in on]
             if weight.nbytes and readers:
-                held = _variable(prob, f"held_{i}_{k}", lowBound=0, upBound=1)
+                held = held_vars[i, k] = _variable(prob, f"held_{i}_{k}", lowBound=0, upBound=1)
                 for j, x in enumerate(readers):
                     prob += held >= x, f"held_{i}_{k}_{j}"
                 shared[k] += weight.nbytes * held
@@ -310,5 +327,56 @@ def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
                 int(c) * (at_or_after[v] - at_or_after[u]) for u, v, c in zip(g.src.tolist(), g.dst.tolist(), comm.tolist()) if c
             ), f"comm_peak_{b}"
         objective.append(w["comm_peak"] * peak_c)
+    if w["stage_time_peak"] > 0:
+        objective.append(w["stage_time_peak"] * _stage_time(prob, problem, on, by_node))
+    if w["grad_sync_peak"] > 0 and problem.grad_sync_ticks.any() and K > 1:
+        objective.append(w["grad_sync_peak"] * _grad_sync(prob, problem, held_vars))
     prob += pulp.lpSum(objective)
     return prob, stage_expr, on
+
+
+def _stage_time(prob, problem: StageProblem, on: dict, by_node: list) -> pulp.LpVariable:
+    """Epigraph of the slowest stage: peak >= compute_k + sum_u send_ticks[u] send[u, k], with
+    send[u, k] >= [s_v > k] - [s_u > k] for each data reader v of u (stage k sends u exactly when
+    s_u <= k < s_v for some reader; minimisation keeps send at that indicator)."""
+    g, K = problem.graph, problem.n_stages
+    ticks, send_ticks = problem.node_ticks, problem.send_ticks
+    reads: dict[int, list[int]] = {}
+    for u, v, b in zip(g.src.tolist(), g.dst.tolist(), g.edge_bytes.tolist()):
+        if b > 0 and send_ticks[u] > 0:
+            reads.setdefault(u, []).append(v)
+    after = [[pulp.lpSum(var for k, var in opts if k > b) for b in range(K)] for opts in by_node]  # [s_v > b]
+    loads = [pulp.lpSum(int(ticks[v, k]) * on[v, k] for v in range(g.n_nodes) if (v, k) in on and ticks[v, k]) for k in range(K)]
+    for u, readers in reads.items():
+        for k in range(K - 1):
+            send = _variable(prob, f"send_{u}_{k}", lowBound=0, upBound=1)
+            for j, v in enumerate(readers):
+                prob += send >= after[v][k] - after[u][k], f"send_{u}_{k}_{j}"
+            loads[k] += int(send_ticks[u]) * send
+    peak = _variable(prob, "stage_time_peak", lowBound=0)
+    for k in range(K):
+        prob += peak >= loads[k], f"stage_time_{k}"
+    return peak
+
+
+def _grad_sync(prob, problem: StageProblem, held: dict) -> pulp.LpVariable:
+    """Epigraph of the busiest stage's gradient sync: peak >= sum_w ticks_w sync[w, k], with
+    sync[w, k] >= held[w, k] + held[w, j] - 1 for every other stage j a reader may take (w held
+    on k and elsewhere; minimisation keeps it at that AND). An independent form of CP-SAT's rows,
+    which pin a replicated indicator instead."""
+    K = problem.n_stages
+    loads = [pulp.lpSum([]) for _ in range(K)]
+    for i, t in enumerate(problem.grad_sync_ticks.tolist()):
+        stages = sorted(k for (j, k) in held if j == i)
+        if not t or len(stages) < 2:
+            continue
+        for k in stages:
+            sync = _variable(prob, f"sync_{i}_{k}", lowBound=0, upBound=1)
+            for j in stages:
+                if j != k:
+                    prob += sync >= held[i, k] + held[i, j] - 1, f"sync_{i}_{k}_{j}"
+            loads[k] += t * sync
+    peak = _variable(prob, "grad_sync_peak", lowBound=0)
+    for k in range(K):
+        prob += peak >= loads[k], f"grad_sync_{k}"
+    return peak
