@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RUN_GRAPH ?= resnet50
 
-.PHONY: run test install graphs clean experiments
+.PHONY: run test test-long install graphs clean experiments
 
 install: $(STAMP)
 
@@ -34,8 +34,13 @@ run: $(STAMP)
 	@echo
 	$(PY) benchmarks/throughput.py --compare out/run/peer.json out/run/throughput.json --graph $(RUN_GRAPH) --bandwidth 1e9 --micro-batches 4
 
+# Every test but the long end-to-end ones (about 10 minutes on 2 quiet cores); test-long runs
+# those (about 4 more minutes); .ci/run runs both.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not long"
+
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m long
 
 # The quick profile of every shipped experiment (data/experiments), each with its report (tables,
 # plots) under out/experiments/NAME-quick/report and its results page published to

@@ -169,6 +169,7 @@ def test_cli_batch_on_ray(local_ray, two_graph_folder, tmp_path, capsys):
     assert json.loads((out / "batch.json").read_text())["interrupted"] is False
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the workers")
 def test_ctrl_c_cancels_every_task_and_leaves_no_worker(tmp_path, ray_env):

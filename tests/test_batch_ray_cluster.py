@@ -14,7 +14,7 @@ from incsched.batch import ProblemRecipe, graph_files, run_batch
 
 from batch_support import descendants, graph_folder, wait_gone
 
-pytestmark = pytest.mark.slow  # two Ray nodes start and stop
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # two Ray nodes start and stop
 
 
 @pytest.fixture(scope="module")

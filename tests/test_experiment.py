@@ -397,6 +397,7 @@ def test_portable_training_takes_adams_fused_kernel(monkeypatch):
     assert adam(params, lr=0.1).defaults["fused"] is True
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_training_repeats_byte_for_byte_under_each_kernel_setting(tmp_path):
     cfg, out, summary, rows = run_text(tmp_path, TRAINING)
@@ -420,6 +421,7 @@ def test_training_repeats_byte_for_byte_under_each_kernel_setting(tmp_path):
     assert run_experiment(load_experiment(cfg), out)["reused"] == 4
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_stage_policy_trains_in_an_experiment(tmp_path):
     from incsched.policy.stage_policy import load_stage_policy

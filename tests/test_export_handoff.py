@@ -94,6 +94,7 @@ def _deepspeed_rank(rank: int, world: int, port: int, out: dict, folder: str) ->
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_deepspeed_pipeline_module_takes_our_parts():
     pytest.importorskip("deepspeed")

@@ -83,6 +83,8 @@ def _rank(rank: int, world: int, port: int, tokens: torch.Tensor, spec_names: di
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_pipeline_runs_an_exported_split_spec(tmp_path):
     model = _tiny_llama()
     tokens = torch.randint(0, 128, (2 * N_MICRO, 8))

@@ -1325,6 +1325,7 @@ def fuzz(max_examples: int) -> settings:
     return settings(max_examples=count, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @fuzz(800)
 @given(cli_cases())

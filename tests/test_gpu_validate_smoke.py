@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-# The whole pipeline (capture, solve, execute, profile): part of `make test`, not of `-m "not slow"`.
-pytestmark = pytest.mark.slow
+# The whole pipeline (capture, solve, execute, profile): part of `make test-long`, not of `make test`.
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validate.py"
 

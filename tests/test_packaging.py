@@ -99,6 +99,7 @@ def test_json_dash_writes_the_result_to_stdout(tmp_path, monkeypatch, capsys):
     assert "status" in out.err and not (tmp_path / "-").exists()  # the summary went to stderr, no file named '-'
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_built_wheel_solves_with_its_own_policy_weights(tmp_path):
     """Build the wheel from a copy of the sources, unpack it with pip into a folder, and solve with the
@@ -168,6 +169,7 @@ def test_graph_save_and_load_round_trip(tmp_path):
         CompGraph.load(tmp_path / "cyclic.json")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_transformers_and_torchvision_import_in_a_fresh_interpreter():
     """A user's own script in the venv: ``from transformers import ...`` first, nothing of incsched.
