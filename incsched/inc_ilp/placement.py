@@ -48,7 +48,7 @@ from ..problems.decompose import compose, decomposable, segments as cut_segments
 from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
 from ..windows.relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice, uncertain_nodes
 from .context import Context
-from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
+from .incumbent import PLACEMENT_PRESCHEDULERS, POLISH_WALL_SHARE, local_search_clock, portfolio, run_prescheduler, search_evaluations
 from ..errors import SolverDisagreement
 
 __all__ = ["run", "make_check", "solve_cpsat", "round_window"]
@@ -358,6 +358,9 @@ def rounds(ctx: Context) -> None:
             ctx.charge(out)
             spent += min(float(out.info.get("deterministic_time") or per_round), per_round)
             done += 1
+            log.debug("round %s: %d free, %s %s (best %s), %.3f det s, %.2f s build + %.2f s search", name, int(free.sum()),
+                      out.status, out.objective, ctx.best_value, out.info.get("deterministic_time") or 0.0,
+                      out.info.get("build_seconds") or 0.0, out.info.get("solve_seconds") or 0.0)
             if _take(ctx, out, f"round {name}"):
                 ctx.record("round", neighbourhood=name, free=int(free.sum()), objective=ctx.best_value)
                 improved, misses = True, 0
@@ -472,7 +475,8 @@ def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float) -> 
     if n_nodes <= 2:
         pl = local_search(sub, ctx.seed, evaluations=1)
         return pl, simulate(sub, pl, "ordered").makespan, {}  # one or two nodes in a chain: exact
-    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes), should_stop=lambda: ctx.stopped() is not None)
+    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes),
+                        should_stop=local_search_clock(ctx, POLISH_WALL_SHARE * n_nodes / max(ctx.problem.n_nodes, 1)))
     out = solve_cpsat(sub, ctx.settings(work), hint=hint)
     ctx.charge(out)
     pl = hint
