@@ -12,9 +12,13 @@ from incsched.bounds.placement import energetic_heads, transfer_heads
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.inc_ilp.exact_bounds import placement_bound_cpsat
 from incsched.inc_ilp.placement import solve_cpsat
+from incsched.inc_ilp.context import Context
+from incsched.inc_ilp.incumbent import local_search_clock
 from incsched.problems import PlacementProblem
+from incsched.problems.decompose import segments, subproblem
 from incsched.solvers import SolverSettings, StopSignal
 from incsched.solvers.cpsat.placement_bounds import window_heads
+from incsched.solvers.cpsat.placement_segments import segment_proof_bound
 
 
 def _transformer(devices: int = 8) -> PlacementProblem:
@@ -90,3 +94,35 @@ def test_local_search_asks_the_clock_inside_a_round(monkeypatch):
 
     local_search(p, 0, evaluations=5000, should_stop=should_stop)
     assert len(runs) <= 3 * placement_local._ASK_EVERY + 2
+
+
+def test_segment_proofs_build_no_decision_model_after_the_stop():
+    p = _transformer(4)
+    nodes = max(segments(p), key=len)
+    i = segments(p).index(nodes)
+    sub = subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ())
+    t0 = time.perf_counter()
+    bound, probes = segment_proof_bound(sub, 10 * sub.lower_bound_ticks(), SolverSettings(time_limit=5.0, stop=_stopped()), probes=4)
+    assert probes == [] and bound == sub.lower_bound_ticks()
+    assert time.perf_counter() - t0 < 2.5
+
+
+def _context(p, **kw) -> Context:
+    return Context(p, time_limit=kw.pop("time_limit", 60.0), check=lambda *a: None, workers=1, seed=0, **kw)
+
+
+def test_a_phase_is_cut_at_its_share_of_the_clock_only_without_a_work_limit():
+    p = _transformer(4)
+    by_clock = _context(p, work_limit=None, deterministic=True)
+    assert by_clock.settings(1.2, wall_share=0.02).wall_cap_s <= 0.02 * 60
+    by_work = _context(p, work_limit=5.0, deterministic=True)
+    assert by_work.settings(1.2, wall_share=0.02).wall_cap_s > 0.02 * 60  # only the clock: the run repeats
+
+
+def test_local_search_cut_at_its_share_of_the_clock_marks_the_run_unrepeatable():
+    p = _transformer(4)
+    ctx = _context(p, work_limit=None, deterministic=True, time_limit=1.0)
+    should_stop = local_search_clock(ctx, 0.0)
+    assert should_stop() and ctx.wall_capped
+    ctx = _context(p, work_limit=5.0, deterministic=True, time_limit=1.0)
+    assert not local_search_clock(ctx, 0.0)() and not ctx.wall_capped

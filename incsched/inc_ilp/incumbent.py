@@ -184,19 +184,26 @@ def _on_the_clock(ctx: Context, name: str, fn: Callable):
 
 
 #: Share of the time limit, in wall seconds, that local search may take on top of its counted
-#: evaluations when the run need not repeat (not deterministic). The evaluations were sized at a
-#: millisecond each, a fifth of the budget; under a load of 3-6 on 2 cores they took 2-5 ms, and
-#: the polish alone took 45-60 s of 60-s runs, leaving the bounds and the exact search nothing.
+#: evaluations when the clock is the budget (`Context.clock_is_budget`, or not deterministic); the
+#: portfolio's local-search candidate gets half of it. The evaluations were sized at a millisecond
+#: each, a fifth of the budget; under a load of 3-6 on 2 cores they took 2-5 ms, and the polish
+#: alone took 45-60 s of 60-s runs, leaving the bounds and the exact search nothing.
 POLISH_WALL_SHARE = 0.2
 
 
 def local_search_clock(ctx: Context, share: float):
     """``should_stop`` for local search: the run's stop, and past ``share`` of the time limit from
-    now in wall seconds unless the run is deterministic (whose evaluations alone must decide)."""
-    deadline = None if ctx.deterministic else ctx.elapsed() + share * ctx.time_limit
+    now in wall seconds where the clock is the budget (a run with a work limit is decided by its
+    counted evaluations alone; a cut marks the run not reproducible)."""
+    deadline = ctx.elapsed() + share * ctx.time_limit if ctx.clock_is_budget or not ctx.deterministic else None
 
     def should_stop() -> bool:
-        return ctx.stopped() is not None or (deadline is not None and ctx.elapsed() >= deadline)
+        if ctx.stopped() is not None:
+            return True
+        if deadline is not None and ctx.elapsed() >= deadline:
+            ctx.spend(0.0, wall_capped=True)
+            return True
+        return False
 
     return should_stop
 
