@@ -86,7 +86,9 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
         h, t = transfer_heads(p), transfer_tails(p)
         if p.n_nodes <= energetic_max_nodes:
             h, t = energetic_heads(p, h, should_stop=past_clock), energetic_heads(p, t, forward=False, should_stop=past_clock)
-        wb, info = window_bound(p, replace(settings, time_limit=limit), head=h, tail=t)
+        # deterministic: the windows' wall cap is what is left of this call's clock, not a new one
+        wall = {"wall_cap_s": max(clock - time.perf_counter(), 1e-3)} if settings.deterministic else {}
+        wb, info = window_bound(p, replace(settings, time_limit=limit, **wall), head=h, tail=t)
         spent[0] += info["spent"]
         work[0] += info["work"]
         capped[0] = capped[0] or not info["reproducible"]

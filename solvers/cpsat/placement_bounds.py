@@ -312,6 +312,8 @@ def window_bound(
     dmin, _ = _costs(problem)
     h, hinfo = window_heads(problem, settings, head, forward=True, max_nodes=max_nodes, per_window=per_window,
                             budget=settings.time_limit / 2)
+    if settings.deterministic and settings.wall_cap_s is not None:  # the tails get the wall the heads left, not a cap of their own
+        settings = replace(settings, wall_cap_s=max(settings.wall_cap_s - (time.perf_counter() - started), 1e-3))
     t, tinfo = window_heads(problem, settings, tail, forward=False, max_nodes=max_nodes, per_window=per_window,
                             budget=settings.time_limit - hinfo["spent"])
     bound = max(trivial, max(a + d + b for a, d, b in zip(h, dmin, t)))
