@@ -167,17 +167,30 @@ class Context:
             self._timer.cancel()
         self.timing["total"] = self.elapsed()
 
-    def settings(self, work: float | None = None, *, workers: int | None = None) -> SolverSettings:
+    @property
+    def clock_is_budget(self) -> bool:
+        """No work limit: the time limit is the budget, and a phase may also be cut at its nominal
+        share in wall seconds (`settings`' ``wall_share``). Deterministic seconds of the placement
+        rounds passed 20-80 times slower than wall seconds on a loaded 2-core machine, so a round
+        sized at 1.2 of them took most of a 60-s run. A cut marks the run not reproducible; a run
+        with a work limit is never cut so, and repeats."""
+        return self.work_limit is None
+
+    def settings(self, work: float | None = None, *, workers: int | None = None, wall_share: float | None = None) -> SolverSettings:
         """Settings of one CP-SAT call allowed ``work`` (None: all that is left of the budget).
 
         Deterministic mode: one worker bounded by deterministic time, the clock as its wall cap
         (a call the clock cuts is marked, and the run is then not reproducible). Otherwise
         ``workers`` (default the run's) in parallel and ``work`` read as wall seconds.
+        ``wall_share``: where `clock_is_budget`, the call's wall seconds are also capped at this
+        share of the time limit.
         """
         self._arm_clock()
         self.collect()  # an answer that arrived from a child process becomes the hint of this search
         cap = self.work_left() if work is None else min(work, self.work_left())
         wall = max(self.wall_left(), 1e-3)
+        if wall_share is not None and self.clock_is_budget:
+            wall = max(min(wall, wall_share * self.time_limit), 1e-3)
         if self.deterministic:
             return SolverSettings(
                 time_limit=max(cap, 1e-3), deterministic=True, seed=self.seed, workers=1,

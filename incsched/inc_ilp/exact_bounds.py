@@ -70,7 +70,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
     memo: dict[bytes, int] = {}
 
     def past_clock() -> bool:
-        if time.perf_counter() < clock:
+        if time.perf_counter() < clock and not (settings.stop is not None and settings.stop.stopped):
             return False
         capped[0] = True  # the clock, not the budget, left a part with a weaker bound
         return True
@@ -85,8 +85,10 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
         limit = max(1e-3, min(share, left))
         h, t = transfer_heads(p), transfer_tails(p)
         if p.n_nodes <= energetic_max_nodes:
-            h, t = energetic_heads(p, h), energetic_heads(p, t, forward=False)
-        wb, info = window_bound(p, replace(settings, time_limit=limit), head=h, tail=t)
+            h, t = energetic_heads(p, h, should_stop=past_clock), energetic_heads(p, t, forward=False, should_stop=past_clock)
+        # deterministic: the windows' wall cap is what is left of this call's clock, not a new one
+        wall = {"wall_cap_s": max(clock - time.perf_counter(), 1e-3)} if settings.deterministic else {}
+        wb, info = window_bound(p, replace(settings, time_limit=limit, **wall), head=h, tail=t)
         spent[0] += info["spent"]
         work[0] += info["work"]
         capped[0] = capped[0] or not info["reproducible"]

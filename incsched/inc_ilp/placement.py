@@ -25,6 +25,11 @@
 
 Every answer is executed by the independent simulator in its solved order and must reproduce the
 makespan CP-SAT claims before it is kept.
+
+Each phase is sized in deterministic work (the work limit, else the time limit read as work).
+Where no work limit is given, the clock is the budget, and each search is also cut at its share of
+the time limit in wall seconds (rounds at `ROUND_WALL_FACTOR` times theirs): a deterministic second
+of these models passed 25-80 wall seconds under load, and one phase took the rest of a run.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from ..problems.decompose import compose, decomposable, segments as cut_segments
 from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
 from ..windows.relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice, uncertain_nodes
 from .context import Context
-from .incumbent import PLACEMENT_PRESCHEDULERS, portfolio, run_prescheduler, search_evaluations
+from .incumbent import PLACEMENT_PRESCHEDULERS, POLISH_WALL_SHARE, local_search_clock, portfolio, run_prescheduler, search_evaluations
 from ..errors import SolverDisagreement
 
 __all__ = ["run", "make_check", "solve_cpsat", "round_window"]
@@ -221,7 +226,8 @@ def strengthen_bound(ctx: Context, combinatorial: int | None = None) -> None:
     ``combinatorial``: `combinatorial_bound`'s value, not computed twice.
     """
     with ctx.timed("bound"):
-        bound, info = placement_bound_cpsat(ctx.problem, ctx.settings(ctx.tuning.placement_bound_share * ctx.nominal_work), combinatorial,
+        share = ctx.tuning.placement_bound_share  # of the time limit in wall seconds too, where the clock is the budget (38 s of a 60-s run under load)
+        bound, info = placement_bound_cpsat(ctx.problem, ctx.settings(share * ctx.nominal_work, wall_share=share), combinatorial,
                                            energetic_max_nodes=ctx.tuning.placement_energetic_max_nodes)
     # a window the clock cut or skipped: the bound may differ on rerun
     ctx.spend(info["work"], wall_capped=ctx.deterministic and not info["reproducible"])
@@ -238,7 +244,8 @@ def windows(ctx: Context) -> None:
         if window.allowed.sum(1).min() == p.n_devices:
             return  # the window holds every device: the full model is next anyway
         with ctx.timed("window"):
-            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_window_share * ctx.nominal_work), window=window, hint=ctx.best)
+            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_window_share * ctx.nominal_work, wall_share=ctx.tuning.placement_window_share),
+                              window=window, hint=ctx.best)
         ctx.charge(out)
         solves += 1
         ctx.record("window", hops=hops, status=out.status, objective=out.objective,
@@ -287,7 +294,8 @@ def ranked(ctx: Context) -> None:
             allowed = ranked_devices(p, best.device, device_preferences(p, best), mass=ctx.tuning.placement_ranked_mass)
             lo, hi = start_window(sched.start, slack)
             window = PlacementWindow(allowed, lo, hi)
-            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_ranked_share * ctx.nominal_work), window=window, hint=best)
+            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_ranked_share * ctx.nominal_work, wall_share=ctx.tuning.placement_ranked_share),
+                              window=window, hint=best)
         ctx.charge(out)
         touched = _touches(out, lo, hi)
         ctx.record("ranked", slack=slack, status=out.status, objective=out.objective, touched=touched,
@@ -354,10 +362,14 @@ def rounds(ctx: Context) -> None:
                 return
             window = round_window(ctx, sched, free, devices)
             with ctx.timed("rounds"):
-                out = solve_cpsat(p, ctx.settings(per_round), window=window, hint=ctx.best, window_symmetry=True)
+                out = solve_cpsat(p, ctx.settings(per_round, wall_share=ROUND_WALL_FACTOR * t.placement_round_share), window=window,
+                                  hint=ctx.best, window_symmetry=True)
             ctx.charge(out)
             spent += min(float(out.info.get("deterministic_time") or per_round), per_round)
             done += 1
+            log.debug("round %s: %d free, %s %s (best %s), %.3f det s, %.2f s build + %.2f s search", name, int(free.sum()),
+                      out.status, out.objective, ctx.best_value, out.info.get("deterministic_time") or 0.0,
+                      out.info.get("build_seconds") or 0.0, out.info.get("solve_seconds") or 0.0)
             if _take(ctx, out, f"round {name}"):
                 ctx.record("round", neighbourhood=name, free=int(free.sum()), objective=ctx.best_value)
                 improved, misses = True, 0
@@ -369,6 +381,14 @@ def rounds(ctx: Context) -> None:
         if not improved:
             ctx.record("rounds", rounds=done, note="a whole cycle improved nothing")
             return
+
+
+#: Where the clock is the budget (`Context.clock_is_budget`), a round may take this many times its
+#: nominal share of the time limit in wall seconds: on a quiet machine most rounds close in under
+#: their share, and a cap at the share itself cut them (20-s runs ended 0.5-7% higher on 3 of 5
+#: instances); under a load of 4-7 a round's deterministic second took 25-80 wall seconds, and
+#: one round that did not close ran past the rest of a 60-s run.
+ROUND_WALL_FACTOR = 5
 
 
 def round_window(ctx: Context, sched: Schedule, free, devices=None) -> PlacementWindow:
@@ -454,7 +474,8 @@ def segments(ctx: Context) -> None:
                 complete = False
                 solved[key] = local_search(sub, ctx.seed, evaluations=1), 0
             if key not in solved:
-                pl, bound, info = _segment(ctx, sub, len(nodes), max(phase_work * len(nodes) * keys.count(key) / big, 1e-3))
+                share = ctx.tuning.placement_segment_share * len(nodes) * keys.count(key) / big
+                pl, bound, info = _segment(ctx, sub, len(nodes), max(phase_work * len(nodes) * keys.count(key) / big, 1e-3), share)
                 solved[key] = pl, bound
                 if info:
                     ctx.record("segment", nodes=len(nodes), copies=keys.count(key), bound=bound, **info)
@@ -467,13 +488,15 @@ def segments(ctx: Context) -> None:
         ctx.raise_bound(total_bound, "segments", "segments")
 
 
-def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float) -> tuple[Placement, int, dict]:
-    """One segment's best placement, its proven lower bound, and what the solves found (for the log)."""
+def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float, share: float) -> tuple[Placement, int, dict]:
+    """One segment's best placement, its proven lower bound, and what the solves found (for the log);
+    ``share``: of the time limit, the wall cap of its search where the clock is the budget."""
     if n_nodes <= 2:
         pl = local_search(sub, ctx.seed, evaluations=1)
         return pl, simulate(sub, pl, "ordered").makespan, {}  # one or two nodes in a chain: exact
-    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes), should_stop=lambda: ctx.stopped() is not None)
-    out = solve_cpsat(sub, ctx.settings(work), hint=hint)
+    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes),
+                        should_stop=local_search_clock(ctx, POLISH_WALL_SHARE * n_nodes / max(ctx.problem.n_nodes, 1)))
+    out = solve_cpsat(sub, ctx.settings(work, wall_share=share), hint=hint)
     ctx.charge(out)
     pl = hint
     if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:

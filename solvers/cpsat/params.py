@@ -49,6 +49,10 @@ class StoppableSolver(cp_model.CpSolver):
 
     def solve(self, model, solution_callback=None):
         self.parameters.catch_sigint_signal = False
+        if self.stop_signal is not None and self.stop_signal.stopped:
+            # A stop before the search starts is lost (CP-SAT resets it when a solve begins: a call
+            # made after the clock ran out searched its whole 5-s limit), so it gets no time at all.
+            self.parameters.max_time_in_seconds = 0.0
         outcome: dict = {}
         done = threading.Event()  # not Thread.join: an interrupted join can leave is_alive() wrong
 
@@ -67,6 +71,8 @@ class StoppableSolver(cp_model.CpSolver):
             while not done.is_set():
                 try:
                     done.wait(0.2)
+                    if self.stop_signal is not None and self.stop_signal.stopped and not done.is_set():
+                        self.stop_search()  # again: one that came while the search was starting is lost too
                 except KeyboardInterrupt:
                     interrupted = True
                     self.stop_search()

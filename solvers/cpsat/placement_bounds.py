@@ -148,9 +148,11 @@ def window_heads(
         if spent() >= budget:
             info["skipped"] += 1
             continue
-        if settings.deterministic and time.perf_counter() >= clock:
+        if (settings.deterministic and time.perf_counter() >= clock) or (settings.stop is not None and settings.stop.stopped):
+            # The clock (or Ctrl-C), not the budget, left this node: it may differ on rerun. Building
+            # the windows left after the caller's stop took seconds of a 60-s run under load.
             info["skipped"] += 1
-            info["wall_capped"] = True  # the clock, not the budget, left this node: it may differ on rerun
+            info["wall_capped"] = True
             continue
         nodes = _nearest(v, bptr, bnbr, max_nodes)
         nodes.sort(key=lambda u: pos[u])  # a topological order of the window (v last)
@@ -310,6 +312,8 @@ def window_bound(
     dmin, _ = _costs(problem)
     h, hinfo = window_heads(problem, settings, head, forward=True, max_nodes=max_nodes, per_window=per_window,
                             budget=settings.time_limit / 2)
+    if settings.deterministic and settings.wall_cap_s is not None:  # the tails get the wall the heads left, not a cap of their own
+        settings = replace(settings, wall_cap_s=max(settings.wall_cap_s - (time.perf_counter() - started), 1e-3))
     t, tinfo = window_heads(problem, settings, tail, forward=False, max_nodes=max_nodes, per_window=per_window,
                             budget=settings.time_limit - hinfo["spent"])
     bound = max(trivial, max(a + d + b for a, d, b in zip(h, dmin, t)))

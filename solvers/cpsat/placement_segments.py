@@ -280,6 +280,8 @@ def _decide(costs: _SegmentCosts, makespan: int, entry: int, exit_: int, offsets
     """`segment_decision` once the shape is checked and the offsets known (bisection reuses both)."""
     head, tail = offsets
     for exit_device in (0, 1):
+        if _stopped(settings):
+            return "unknown"
         model = _DecisionModel(costs, makespan, entry, exit_, exit_device, head, tail)
         if model.infeasible:
             continue
@@ -322,7 +324,7 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
     capped: list[bool] = []  # per CP-SAT run: cut by the wall clock (the first probe also owns the offsets' runs)
     costs = _SegmentCosts.of(problem)
     offsets = _off_device_offsets(problem, costs, shape[0], shape[1], settings, capped)
-    while lo <= hi and len(log_) < probes:
+    while lo <= hi and len(log_) < probes and not _stopped(settings):
         # Refuting upper - 1 first closes the gap at once when the incumbent is optimal.
         t = hi if not log_ else (lo + hi) // 2
         started, runs = time.perf_counter(), len(capped) if log_ else 0
@@ -382,8 +384,8 @@ def _off_device_offsets(problem, costs: _SegmentCosts, entry: int, exit_: int, s
     topo_pos[g.topological_order()] = np.arange(g.n_nodes)
     for rel, out, forward in ((_relatives(g, True), head, True), (_relatives(g, False), tail, False)):
         for v in range(g.n_nodes):
-            if not 0 < len(rel[v]) <= _OFFSET_NODES:
-                continue
+            if not 0 < len(rel[v]) <= _OFFSET_NODES or _stopped(settings):
+                continue  # a node left keeps its cheapest-crossing offset, which stays valid
             nodes = sorted(rel[v] | {v}, key=lambda u: topo_pos[u])
             sub = subproblem(problem, nodes)
             key = sub.signature()
@@ -413,6 +415,12 @@ def _solve_decision(model: cp_model.CpModel, settings: SolverSettings, capped: l
     if capped is not None:
         capped.append(wall_capped(settings, solver))
     return solver, code
+
+
+def _stopped(settings: SolverSettings) -> bool:
+    """The caller's stop (its clock, Ctrl-C) came: build no further model (each takes a second
+    on a loaded machine; a 60-s run ended 1.2 s late building the decision models after it)."""
+    return settings.stop is not None and settings.stop.stopped
 
 
 def _capped(settings: SolverSettings, seconds: float) -> SolverSettings:
