@@ -19,7 +19,7 @@ from .context import Context
 from .policy_process import PolicyProcess
 
 __all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "search_evaluations", "policy_loaded",
-           "local_search_clock", "POLISH_WALL_SHARE"]
+           "local_search_clock"]
 
 #: Policy modules whose ``preschedule`` has returned once in this process: torch imported, weights
 #: read, decoder compiled. From then on the policy costs a decode only, and always takes part.
@@ -127,7 +127,7 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
                     if name == "rl":  # loaded here once, for every later run of the process
                         answers[name] = _on_the_clock(ctx, name, _sampled(ctx, kind, table[name]))
                     elif name == "local_search" and kind == "placement":  # seconds of pure Python: on the clock too
-                        answers[name] = table[name](ctx.problem, ctx.seed, should_stop=local_search_clock(ctx, POLISH_WALL_SHARE / 2))
+                        answers[name] = table[name](ctx.problem, ctx.seed, should_stop=local_search_clock(ctx, ctx.tuning.placement_polish_wall_share / 2))
                     elif name in _STARTS_FROM and answers.get(_STARTS_FROM[name]) is not None:
                         answers[name] = table[name](ctx.problem, ctx.seed, start=answers[_STARTS_FROM[name]])
                     else:
@@ -183,14 +183,6 @@ def _on_the_clock(ctx: Context, name: str, fn: Callable):
         return None
 
 
-#: Share of the time limit, in wall seconds, that local search may take on top of its counted
-#: evaluations when the clock is the budget (`Context.clock_is_budget`, or not deterministic); the
-#: portfolio's local-search candidate gets half of it. The evaluations were sized at a millisecond
-#: each, a fifth of the budget; under a load of 3-6 on 2 cores they took 2-5 ms, and the polish
-#: alone took 45-60 s of 60-s runs, leaving the bounds and the exact search nothing.
-POLISH_WALL_SHARE = 0.2
-
-
 def local_search_clock(ctx: Context, share: float):
     """``should_stop`` for local search: the run's stop, and past ``share`` of the time limit from
     now in wall seconds where the clock is the budget (a run with a work limit is decided by its
@@ -210,10 +202,10 @@ def local_search_clock(ctx: Context, share: float):
 
 def _polish(ctx: Context) -> None:
     """Local search from the best placement, sized by the nominal budget (counted, so it repeats)
-    and, when the run need not repeat, by `POLISH_WALL_SHARE` of the clock."""
+    and, when the run need not repeat, by the tuning's ``placement_polish_wall_share`` of the clock."""
     evaluations = search_evaluations(ctx, ctx.problem.n_nodes)
     start_value, started = ctx.best_value, ctx.elapsed()
-    answer = local_search(ctx.problem, ctx.seed, evaluations=evaluations, start=ctx.best, should_stop=local_search_clock(ctx, POLISH_WALL_SHARE))
+    answer = local_search(ctx.problem, ctx.seed, evaluations=evaluations, start=ctx.best, should_stop=local_search_clock(ctx, ctx.tuning.placement_polish_wall_share))
     ctx.improve(answer, ctx.check(answer), "preschedule:local_search")
     ctx.record("local_search", evaluations=evaluations, start=start_value, objective=ctx.best_value,
                **({} if ctx.deterministic else {"seconds": round(ctx.elapsed() - started, 2)}))

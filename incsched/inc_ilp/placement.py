@@ -28,7 +28,7 @@ makespan CP-SAT claims before it is kept.
 
 Each phase is sized in deterministic work (the work limit, else the time limit read as work).
 Where no work limit is given, the clock is the budget, and each search is also cut at its share of
-the time limit in wall seconds (rounds at `ROUND_WALL_FACTOR` times theirs): a deterministic second
+the time limit in wall seconds (rounds at the tuning's ``placement_round_wall_factor`` times theirs): a deterministic second
 of these models passed 25-80 wall seconds under load, and one phase took the rest of a run.
 """
 
@@ -53,7 +53,7 @@ from ..problems.decompose import compose, decomposable, segments as cut_segments
 from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
 from ..windows.relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice, uncertain_nodes
 from .context import Context
-from .incumbent import PLACEMENT_PRESCHEDULERS, POLISH_WALL_SHARE, local_search_clock, portfolio, run_prescheduler, search_evaluations
+from .incumbent import PLACEMENT_PRESCHEDULERS, local_search_clock, portfolio, run_prescheduler, search_evaluations
 from ..errors import SolverDisagreement
 
 __all__ = ["run", "make_check", "solve_cpsat", "round_window"]
@@ -362,7 +362,7 @@ def rounds(ctx: Context) -> None:
                 return
             window = round_window(ctx, sched, free, devices)
             with ctx.timed("rounds"):
-                out = solve_cpsat(p, ctx.settings(per_round, wall_share=ROUND_WALL_FACTOR * t.placement_round_share), window=window,
+                out = solve_cpsat(p, ctx.settings(per_round, wall_share=t.placement_round_wall_factor * t.placement_round_share), window=window,
                                   hint=ctx.best, window_symmetry=True)
             ctx.charge(out)
             spent += min(float(out.info.get("deterministic_time") or per_round), per_round)
@@ -381,14 +381,6 @@ def rounds(ctx: Context) -> None:
         if not improved:
             ctx.record("rounds", rounds=done, note="a whole cycle improved nothing")
             return
-
-
-#: Where the clock is the budget (`Context.clock_is_budget`), a round may take this many times its
-#: nominal share of the time limit in wall seconds: on a quiet machine most rounds close in under
-#: their share, and a cap at the share itself cut them (20-s runs ended 0.5-7% higher on 3 of 5
-#: instances); under a load of 4-7 a round's deterministic second took 25-80 wall seconds, and
-#: one round that did not close ran past the rest of a 60-s run.
-ROUND_WALL_FACTOR = 5
 
 
 def round_window(ctx: Context, sched: Schedule, free, devices=None) -> PlacementWindow:
@@ -495,7 +487,7 @@ def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float, sha
         pl = local_search(sub, ctx.seed, evaluations=1)
         return pl, simulate(sub, pl, "ordered").makespan, {}  # one or two nodes in a chain: exact
     hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes),
-                        should_stop=local_search_clock(ctx, POLISH_WALL_SHARE * n_nodes / max(ctx.problem.n_nodes, 1)))
+                        should_stop=local_search_clock(ctx, ctx.tuning.placement_polish_wall_share * n_nodes / max(ctx.problem.n_nodes, 1)))
     out = solve_cpsat(sub, ctx.settings(work, wall_share=share), hint=hint)
     ctx.charge(out)
     pl = hint

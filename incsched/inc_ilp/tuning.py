@@ -2,8 +2,9 @@
 
 `solve()` takes one (default `Tuning()`), hands it to every phase through the run's `Context`, and
 records it in the result's provenance, so a run can be repeated with the same knobs and a study can
-vary one without patching module globals. Every value is a rule on sizes and budgets, never on the
-clock: changing none of them keeps a work-bounded run byte-identical.
+vary one without patching module globals. Every value is a rule on sizes and budgets; the two
+``*_wall_*`` ones cap phases in wall seconds only where the clock is the budget, so a work-bounded
+run never reads them.
 
 >>> from dataclasses import replace
 >>> t = replace(Tuning(), stage_band_min_pairs=0)
@@ -138,6 +139,18 @@ class Tuning:
     #: deterministic seconds on a 196-op FFNN and a 205-op transformer (they improved no more
     #: than 24-op sets around random seeds there: a start, not a measured win).
     placement_doubt_rounds: int = 3
+    #: Where the clock is the budget (`Context.clock_is_budget`), a round may take this many times
+    #: its share of the time limit in wall seconds: on a quiet machine most rounds close in under
+    #: their share, and a cap at the share itself cut them (20-s runs ended 0.5-7% higher on 3 of 5
+    #: instances); under a load of 4-7 a round's deterministic second took 25-80 wall seconds, and
+    #: one round that did not close ran past the rest of a 60-s run.
+    placement_round_wall_factor: float = 5.0
+    #: Share of the time limit, in wall seconds, local search may take on top of its counted
+    #: evaluations when the clock is the budget (or the run is not deterministic); the portfolio's
+    #: local-search candidate gets half. Evaluations were sized at a millisecond each, a fifth of
+    #: the budget; under a load of 3-6 on 2 cores they took 2-5 ms, and the polish alone took
+    #: 45-60 s of 60-s runs, leaving the bounds and the exact search nothing.
+    placement_polish_wall_share: float = 0.2
     placement_doubt_nodes: int = 24
     #: Share the per-segment solves get (the rest goes to the hinted full model), and the work of
     #: each segment's transfer-aware relaxation bound (it proves in well under one second).
