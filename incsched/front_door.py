@@ -161,6 +161,8 @@ def _run(ctx: Context, kind: str, pipeline, method: str, preschedule, radius: in
             pipeline.run(ctx, method, preschedule)
         settled = ctx.proven or (ctx.best is not None and ctx.lower_bound is not None and ctx.best_value <= ctx.lower_bound)
         ctx.collect(wait=not settled)  # the policy still loading in its child: its answer, if it comes within the clock
+        if not settled:
+            ctx.collect_late()  # ... or within the clock's tolerance, as the policy alone would
     except KeyboardInterrupt:
         ctx.stop.stop("interrupted")
     try:
