@@ -294,22 +294,24 @@ def _grad_sync_s(problem: StageProblem, replicated: dict[str, list[int]]) -> flo
     """Seconds of the busiest stage's gradient sends for the replicated weights it holds."""
     if problem.bandwidth is None or not replicated:
         return 0.0
-    nbytes = {w.name: w.nbytes for w in problem.graph.shared_weights}
-    per_stage = [0] * problem.n_stages
-    for name, stages in replicated.items():
-        for k in stages:
-            per_stage[k] += nbytes[name]
-    return max(per_stage) / problem.bandwidth
+    nbytes = [w.nbytes for w in problem.graph.shared_weights]
+    return int(_per_holding_stage(problem, replicated, nbytes).max()) / problem.bandwidth
 
 
 def _stage_sync(problem: StageProblem, replicated: dict[str, list[int]]) -> np.ndarray:
     """Sync ticks per stage: each replicated weight's `StageProblem.grad_sync_ticks` on every stage
     holding it (all 0 outside training or without a bandwidth)."""
+    return _per_holding_stage(problem, replicated, problem.grad_sync_ticks.tolist())
+
+
+def _per_holding_stage(problem: StageProblem, replicated: dict[str, list[int]], per_weight: list[int]) -> np.ndarray:
+    """Per stage, the sum of ``per_weight`` (in `CompGraph.shared_weights` order) over the
+    replicated weights it holds; at most every shared weight's bytes (<= 2**62) or sync ticks
+    (<= 2**61): no int64 wrap."""
     per_stage = np.zeros(problem.n_stages, dtype=np.int64)
-    ticks = problem.grad_sync_ticks
-    for i, weight in enumerate(problem.graph.shared_weights):
-        if weight.name in replicated and ticks[i]:
-            per_stage[replicated[weight.name]] += int(ticks[i])  # at most all syncs' ticks <= 2**61: no wrap
+    for weight, value in zip(problem.graph.shared_weights, per_weight):
+        if value and weight.name in replicated:
+            per_stage[replicated[weight.name]] += int(value)
     return per_stage
 
 
