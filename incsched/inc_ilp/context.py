@@ -277,7 +277,8 @@ class Context:
         alone takes that much of it cold: loading it in its own process (``rl`` at 5 s) ended at
         4.4-5.9 s on 2 quiet cores, while its child process here needs about 5 s from its start
         (torch's import, 3 s of it, then the decoder's compile), so a 5-s inc-ilp that stopped at its
-        limit was worse than ``rl`` on all three never_worse graphs (with this wait, equal). It waits
+        limit was worse than ``rl`` on all three never_worse graphs (with this wait it equalled ``rl``
+        on two; on the chained matmul the child missed even this deadline in one run of two). It waits
         until ``1.05 * time_limit + 1`` less `LATE_MARGIN_SECONDS`, never after Ctrl-C or a
         callback's stop.
         """
