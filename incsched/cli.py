@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 
 from .errors import IncschedError
+from .helper_thread import helpers_running
 from .graph.cost_model import DEFAULT_KIND, ROOFLINES, short_label
 
 __all__ = ["main", "format_result", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
@@ -40,6 +41,23 @@ EXIT_TERMINATED = 143
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command (`_main`). As its own program, a run that leaves a helper thread behind
+    (the policy's load, abandoned at the clock or a signal) exits at once with its status: an
+    interpreter that shuts down while that thread is inside torch's import aborts ("terminate called
+    without an active exception", SIGABRT, seen on SIGTERM 5 s into a solve). Every output is
+    written (atomically) and flushed by then."""
+    status = _main(argv)
+    if argv is None and helpers_running():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+        os._exit(status)
+    return status
+
+
+def _main(argv: list[str] | None = None) -> int:
     """Run one command; every error it meets on purpose is one line on stderr and exit status 1.
 
     Bad input of any kind (a file, an option's value, an output that cannot be written) ends as

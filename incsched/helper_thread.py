@@ -12,6 +12,7 @@ that a program that exits does not wait for it.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable
 
 __all__ = ["Abandoned", "run_in_helper"]
@@ -22,6 +23,14 @@ POLL_SECONDS = 0.02
 
 class Abandoned(Exception):
     """The wait ended (``should_stop`` said so) before the step finished."""
+
+
+_HELPERS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()  # every helper started, while referenced
+
+
+def helpers_running() -> bool:
+    """Whether an abandoned step still runs in a helper thread (e.g. the policy's torch import)."""
+    return any(t.is_alive() for t in list(_HELPERS))
 
 
 def run_in_helper(step: Callable[[], Any], name: str, should_stop: Callable[[], Any] | None = None) -> Any:
@@ -39,6 +48,7 @@ def run_in_helper(step: Callable[[], Any], name: str, should_stop: Callable[[], 
             outcome["error"] = exc
 
     helper = threading.Thread(target=run, name=name, daemon=True)
+    _HELPERS.add(helper)
     helper.start()
     while helper.is_alive():
         helper.join(None if should_stop is None else POLL_SECONDS)  # a Ctrl-C raises here
