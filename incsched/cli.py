@@ -41,13 +41,17 @@ EXIT_TERMINATED = 143
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command (`_main`). As its own program, a run that leaves a helper thread behind
-    (the policy's load, abandoned at the clock or a signal) exits at once with its status: an
-    interpreter that shuts down while that thread is inside torch's import aborts ("terminate called
-    without an active exception", SIGABRT, seen on SIGTERM 5 s into a solve). Every output is
-    written (atomically) and flushed by then."""
+    """Run one command (`_main`). As its own program, a run that was interrupted, or that leaves a
+    helper thread behind (the policy's load, abandoned at the clock or a signal), exits at once with
+    its status; every output is written (atomically) and flushed by then. A normal shutdown there
+    is not safe:
+    - an interpreter that shuts down while that thread is inside torch's import aborts ("terminate
+      called without an active exception", SIGABRT, seen on SIGTERM 5 s into a solve);
+    - after a Ctrl-C that a C extension saw first, Python itself re-raises SIGINT at exit, so the
+      run that wrote its answer and returned 130 died as -2 (seen in CI, 5 s into a solve under
+      load, with nothing on stderr)."""
     status = _main(argv)
-    if argv is None and helpers_running():
+    if argv is None and (helpers_running() or status in (EXIT_INTERRUPTED, EXIT_TERMINATED)):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
