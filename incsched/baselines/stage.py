@@ -51,12 +51,12 @@ def asap(problem: StageProblem, seed: int = 0) -> np.ndarray:
     Levels rise strictly along every edge and the scaling is monotone, so precedence holds.
     ``seed`` is accepted for the common interface; the result does not depend on it.
     """
-    return _scale_levels(problem.graph.asap_level, problem.graph.depth, problem.n_stages)
+    return _nonempty(problem, _scale_levels(problem.graph.asap_level, problem.graph.depth, problem.n_stages))
 
 
 def alap(problem: StageProblem, seed: int = 0) -> np.ndarray:
     """Each node's ALAP level scaled onto K stages (see `asap`)."""
-    return _scale_levels(problem.graph.alap_level, problem.graph.depth, problem.n_stages)
+    return _nonempty(problem, _scale_levels(problem.graph.alap_level, problem.graph.depth, problem.n_stages))
 
 
 def contiguous_params(problem: StageProblem, seed: int = 0) -> np.ndarray:
@@ -68,7 +68,7 @@ def contiguous_params(problem: StageProblem, seed: int = 0) -> np.ndarray:
     g = problem.graph
     order = g.topological_order()
     load = np.repeat(g.param_bytes[order][:, None], problem.n_stages, axis=1)
-    return _positions_to_stages(order, _balanced_cuts(_RunBytes.of(problem, order, load)))
+    return _nonempty(problem, _positions_to_stages(order, _balanced_cuts(_RunBytes.of(problem, order, load))))
 
 
 def contiguous_compute(problem: StageProblem, seed: int = 0) -> np.ndarray:
@@ -77,7 +77,7 @@ def contiguous_compute(problem: StageProblem, seed: int = 0) -> np.ndarray:
     Stage speeds are honoured: the largest run time on its stage (in ticks) is minimised.
     """
     order = problem.graph.topological_order()
-    return _positions_to_stages(order, _balanced_cuts(_RunBytes(problem.node_ticks[order])))
+    return _nonempty(problem, _positions_to_stages(order, _balanced_cuts(_RunBytes(problem.node_ticks[order]))))
 
 
 def pipedream_dp(problem: StageProblem, seed: int = 0) -> np.ndarray:
@@ -151,7 +151,7 @@ def _best_split(problem: StageProblem, candidates) -> tuple[np.ndarray | None, t
     for order, cuts in candidates:
         if cuts is None:
             continue
-        stages = _positions_to_stages(order, cuts)
+        stages = _nonempty(problem, _positions_to_stages(order, cuts))
         ev = evaluate_stages(problem, stages)
         key = (not ev.feasible, ev.objective)
         if best is None or key < best_key:
@@ -196,7 +196,7 @@ def uniform(problem: StageProblem, seed: int = 0) -> np.ndarray:
     n = g.n_nodes
     sizes = [n // K + (1 if k < n % K else 0) for k in range(K)]
     cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return _positions_to_stages(g.topological_order(), cuts)
+    return _nonempty(problem, _positions_to_stages(g.topological_order(), cuts))
 
 
 def parameters(problem: StageProblem, seed: int = 0) -> np.ndarray:
@@ -315,6 +315,27 @@ def _scale_levels(level: np.ndarray, depth: int, K: int) -> np.ndarray:
     if depth == 0:
         return np.zeros(0, dtype=np.int64)
     return (np.asarray(level, dtype=np.int64) * K) // depth
+
+
+def _nonempty(problem: StageProblem, stages: np.ndarray) -> np.ndarray:
+    """In training mode (every stage holds a node), ``stages`` with its empty stages filled: the
+    nodes sorted by (stage, topological position), a topological order the stages cut into
+    contiguous runs, have their K + 1 cuts pushed apart to strictly increasing ones, moving as few
+    nodes as that takes to a neighbouring stage. Runs of a topological order keep precedence. The
+    input unchanged outside training, when no stage is empty, or with fewer nodes than stages."""
+    K, n = problem.n_stages, len(stages)
+    counts = np.bincount(stages, minlength=K) if n else np.zeros(K, dtype=np.int64)
+    if not problem.training or n < K or counts.all():
+        return stages
+    position = np.empty(n, dtype=np.int64)
+    position[problem.graph.topological_order()] = np.arange(n)
+    order = np.lexsort((position, stages))
+    cuts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    for k in range(1, K):
+        cuts[k] = max(cuts[k], cuts[k - 1] + 1)
+    for k in range(K - 1, 0, -1):
+        cuts[k] = min(cuts[k], cuts[k + 1] - 1)
+    return _positions_to_stages(order, cuts)
 
 
 def _positions_to_stages(order: np.ndarray, cuts: np.ndarray) -> np.ndarray:
@@ -557,22 +578,24 @@ def _least_peak_cuts(problem: StageProblem, order: np.ndarray) -> np.ndarray | N
     params = _RunBytes.of(problem, order, np.repeat(problem.graph.param_bytes[order][:, None], K, axis=1)) if caps[1] is not None else None
     lo = 0
     hi = int(ticks[-1].max()) + int(sends.max(initial=0))
-    if _pipeline_cuts(ticks, sends, mem, params, caps, hi) is None:
+    nonempty = problem.training
+    if _pipeline_cuts(ticks, sends, mem, params, caps, hi, nonempty) is None:
         return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if _pipeline_cuts(ticks, sends, mem, params, caps, mid) is None:
+        if _pipeline_cuts(ticks, sends, mem, params, caps, mid, nonempty) is None:
             lo = mid + 1
         else:
             hi = mid
-    return _pipeline_cuts(ticks, sends, mem, params, caps, lo)
+    return _pipeline_cuts(ticks, sends, mem, params, caps, lo, nonempty)
 
 
-def _pipeline_cuts(ticks, sends, mem, params, caps, cap: int) -> np.ndarray | None:
+def _pipeline_cuts(ticks, sends, mem, params, caps, cap: int, nonempty: bool = False) -> np.ndarray | None:
     """Cuts with every stage's compute + sends <= ``cap`` and within its memory, or None.
 
     Stage k may end at i after starting at j when its load over [j, i) fits; loads fall as j rises,
-    so the latest reachable start j <= i decides (a running maximum), exactly.
+    so the latest reachable start j <= i decides (a running maximum), exactly. With ``nonempty``
+    (training mode) the start is the latest reachable j < i: every run holds a node, still exactly.
     """
     n, K = ticks.shape[0] - 1, ticks.shape[1]
     idx = np.arange(n + 1)
@@ -580,6 +603,8 @@ def _pipeline_cuts(ticks, sends, mem, params, caps, cap: int) -> np.ndarray | No
     starts = np.zeros((K, n + 1), dtype=np.int64)
     for k in range(K):
         latest = np.maximum.accumulate(np.where(reach, idx, -1))  # latest reachable start <= i
+        if nonempty:  # the latest reachable start < i
+            latest = np.concatenate([[-1], latest[:-1]])
         ok = latest >= 0
         j = np.maximum(latest, 0)
         time = ticks[:, k] - ticks[j, k] + (sends if k < K - 1 else 0)

@@ -92,6 +92,8 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
     current = cost(mem, comp, boundary, comm, shared.sync_peak(sync_ticks) if sync_ticks is not None else 0)
     ptr_p, idx_p, ptr_s, idx_s = g.pred_ptr, g.pred_idx, g.succ_ptr, g.succ_idx
     movable = np.flatnonzero((g.node_weight_bytes > 0) | (net != 0) | (ticks.max(axis=1) > 0))
+    # training mode puts a node on every stage: a stage's last node stays
+    count = np.bincount(s, minlength=K) if problem.training else None
     for _ in range(max_sweeps):
         moved = False
         for v in movable.tolist():
@@ -99,7 +101,7 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
             lo = int(s[preds].max()) if preds.size else 0
             hi = int(s[succs].min()) if succs.size else K - 1
             a = int(s[v])
-            if lo == hi:
+            if lo == hi or (count is not None and count[a] == 1):
                 continue
             best = None
             off = int(params[v]) + (shared.leaving(v, a) if shared else 0)  # what stage a sheds
@@ -131,6 +133,9 @@ def improve_by_moves(problem: StageProblem, stages, *, max_sweeps: int = 50) -> 
                 (current, _), b, mem, comp, boundary, comm = best
                 if shared is not None:
                     shared.move(v, a, b)
+                if count is not None:
+                    count[a] -= 1
+                    count[b] += 1
                 s[v] = b
                 moved = True
         if not moved:
@@ -387,4 +392,6 @@ def place_loadless_nodes(problem: StageProblem, stages) -> np.ndarray:
     placed[list(x)] = rounded
     if np.any(placed[g.src] > placed[g.dst]):
         return s
-    return placed if evaluate_stages(problem, placed).objective <= evaluate_stages(problem, s).objective else s
+    before, after = evaluate_stages(problem, s), evaluate_stages(problem, placed)
+    # feasibility first: in training mode a placed node may have been its stage's only one
+    return placed if (not after.feasible, after.objective) <= (not before.feasible, before.objective) else s

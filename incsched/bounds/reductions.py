@@ -30,7 +30,8 @@ branches maps each stage's loads and each boundary's traffic onto equal ones; a 
 read at position i is read there by every branch of the class, so the set of stages holding a
 reader, and with it what each stage holds and syncs, is the same after the swap. Problems of the
 pipeline model (send times, activation memory) get no rules: there a stage's time depends on the
-edges it sends. (Training memory's working-set and optimizer-step terms are maxima over a stage's
+edges it sends. Nor does training mode: it forbids empty stages, and a merge or a placing rule may
+move a stage's only node away (a loadless chain's tail onto its head's stage). (Training memory's working-set and optimizer-step terms are maxima over a stage's
 nodes: a merge that takes its members' maxima, as `incsched.graph.coarsen.quotient` does, keeps
 every stage's bytes, and `StageProblem.node_memory_coef`, which the bounds' stage ranges read,
 counts them for a node alone, a true lower bound on any stage holding it.) Checked against brute force on small random graphs in ``tests/test_stage_reduce.py``.
@@ -136,11 +137,11 @@ def stage_reduction(problem: StageProblem, place: bool = True, symmetry: bool = 
     Returns
     -------
     StageReduction
-        The identity (no rules) for problems of the pipeline model.
+        The identity (no rules) for problems of the pipeline model and in training mode.
     """
     g = problem.graph
     n = g.n_nodes
-    if problem.weights.stage_time_peak > 0 or problem.memory is not None:
+    if problem.weights.stage_time_peak > 0 or problem.memory is not None or problem.training:
         return _no_rules(n)
     ticks = problem.node_ticks
     loadless = g.node_weight_bytes == 0  # a reader of a shared weight decides where it is held

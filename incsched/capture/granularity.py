@@ -127,6 +127,17 @@ def _unit_of(path: str, units: Mapping[str, str]) -> str | None:
     return None
 
 
+def _bytes_into_glue(graph: CompGraph, first_glue: int, run: np.ndarray, last_run: int) -> int:
+    """Bytes the last unit's operations hand to the glue after it (nodes ``first_glue`` on): each
+    producer's largest edge into the glue once, as `quotient` counts a tensor. The model's inputs
+    (the labels, which a schedule passes as its target) are not the unit's."""
+    largest: dict[int, int] = {}
+    for u, v, b in zip(graph.src.tolist(), graph.dst.tolist(), graph.edge_bytes.tolist()):
+        if v >= first_glue > u and run[u] == last_run and graph.in_degree[u] > 0:
+            largest[u] = max(largest.get(u, 0), int(b))
+    return sum(largest.values())
+
+
 def group_by_units(
     graph: CompGraph, module_paths: Mapping[str, str], units: Mapping[str, str], model: nn.Module, *, label: str
 ) -> CompGraph:
@@ -154,7 +165,11 @@ def group_by_units(
         them where the graph does. ``meta["modules"]`` maps every node to its module path,
         ``meta["module_classes"]`` to its class, ``meta["glue_before"]`` counts the glue operations
         a node took in before its call; ``meta["containers"]`` lists the ModuleList/ModuleDict
-        paths above a unit; ``meta["call_order_edges"]`` counts the zero-byte edges added.
+        paths above a unit; ``meta["call_order_edges"]`` counts the zero-byte edges added. Where
+        glue runs after the last unit call (the loss of a model called with its labels),
+        ``meta["loss_input_bytes"]`` maps the last node to the bytes the last unit hands to it:
+        what a pipeline that runs the loss outside its last stage returns and keeps per
+        micro-batch (`incsched.problems.training.kept_output_bytes`).
 
     Raises
     ------
@@ -181,8 +196,10 @@ def group_by_units(
         glue_before[-1] += pending
         run[v - pending : v + 1] = len(run_unit) - 1
         pending = 0
+    loss_input = 0
     if pending:  # glue after the last unit call joins it
         run[graph.n_nodes - pending :] = len(run_unit) - 1
+        loss_input = _bytes_into_glue(graph, graph.n_nodes - pending, run, len(run_unit) - 1)
     grouped = quotient(graph, run, label=label)
 
     # quotient numbers groups by its own topological order; put them back in call order.
@@ -224,6 +241,8 @@ def group_by_units(
         containers=containers,
         call_order_edges=len(chained),
     )
+    if loss_input:
+        meta["loss_input_bytes"] = {node_names[-1]: loss_input}  # read by training mode's kept output
     return CompGraph(
         node_names,
         np.asarray(src, dtype=np.int64),

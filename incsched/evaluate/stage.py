@@ -131,8 +131,9 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     Returns
     -------
     StageEvaluation
-        ``feasible`` is True when every stage is in 0..K-1, every edge satisfies s_u <= s_v and no
-        stage exceeds its hard capacity; ``violations`` names the offending nodes, edges and stages.
+        ``feasible`` is True when every stage is in 0..K-1, every edge satisfies s_u <= s_v, no
+        stage exceeds its hard capacity and, in training mode, no stage is empty; ``violations``
+        names the offending nodes, edges and stages.
 
     Raises
     ------
@@ -170,6 +171,9 @@ def evaluate_stages(problem: StageProblem, stages) -> StageEvaluation:
     )
     if out_of_range.size:
         return _finish(violations, count, None, problem.pipelined, problem.training)
+    if problem.training:  # a training pipeline runs every stage (`incsched.problems.training`'s notes)
+        empty = np.flatnonzero(np.bincount(s, minlength=K) == 0)
+        note([f"stage {k} is empty: training mode puts a node on every stage" for k in empty.tolist()])
 
     # np.add.at keeps integer sums exact (a float bincount would round above 2**53 bytes).
     stage_mem = np.zeros(K, dtype=np.int64)
@@ -325,18 +329,21 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
     backward where measured, else output bytes). With it: ``rebuilt_k + stashed_k * (inputs_k +
     received_k)``: rebuilt the stash bytes of the stage's nodes but its sources, inputs the source
     nodes' outputs on k (the model's inputs, kept, not rebuilt) and received the values crossing
-    the boundary before k (a difference array over boundaries).
+    the boundary before k (a difference array over boundaries). Either way plus ``stashed_k *
+    kept_k``: the graph outputs on k, which the pipeline keeps per micro-batch until its backward
+    (`training.kept_output_bytes`: the loss's input where capture ran the loss in the last layer).
     """
     g, K = problem.graph, problem.n_stages
     factor = training.param_factor(problem.optimizer)
     stashed = training.stashed_micro_batches(problem.schedule, K, problem.micro_batches)
     stash = training.stash_bytes(g).tolist()
     source = (g.in_degree == 0).tolist()
-    acts = [0] * K
+    acts, kept = [0] * K, [0] * K
     work, step = [0] * K, [0] * K
-    for v, k in enumerate(s.tolist()):
+    for v, (k, out) in enumerate(zip(s.tolist(), training.kept_output_bytes(g).tolist())):
         if not (problem.recompute and source[v]):
             acts[k] += int(stash[v])
+        kept[k] += out
     on: list[list[int]] = [[] for _ in range(K)]
     for v, (k, t) in enumerate(zip(s.tolist(), problem.step_coef.tolist())):
         on[k].append(v)
@@ -358,6 +365,7 @@ def _training_memory(problem: StageProblem, s: np.ndarray, sends: np.ndarray, la
             running += crossing[k - 1]
             received[k] = running
         held = [a + f * (i + r) for a, f, i, r in zip(acts, stashed, inputs, received)]
+    held = [h + f * o for h, f, o in zip(held, stashed, kept)]
     return tuple(training.training_peak(int(m), h, w, t, factor) for m, h, w, t in zip(params, held, work, step))
 
 

@@ -68,7 +68,8 @@ Training mode (``mode="training"``: `incsched.problems.training` holds its rules
 accessors and changes what they hold: ``stage_memory_coef`` charges parameters times the
 optimizer's ``param_factor`` (gradients and optimizer state; a shared weight held on a stage is
 multiplied by the same factor) and the activations the ``schedule`` stashes for backward
-(``in_flight``), ``stage_input_coef`` the inputs kept under ``recompute``;
+(``in_flight``) and the graph outputs it keeps per micro-batch for the loss outside it
+(`incsched.problems.training.kept_output_bytes`), ``stage_input_coef`` the inputs kept under ``recompute``;
 a stage also holds a node's working set (`work_coef`) on top of its stash less what the nodes after
 it released (`release_coef`), or, when the optimizer steps, the largest step temporaries
 (`step_coef`), whichever is more;
@@ -279,8 +280,9 @@ class StageProblem:
     micro_batches : int, optional
         Micro-batches per pipeline run (>= 1): how many activations stage k keeps in flight.
     mode : {"inference", "training"}
-        Training adds gradients, optimizer state, the schedule's stashed activations and the
-        backward pass (the module notes; `incsched.problems.training`); needs ``micro_batches``.
+        Training adds gradients, optimizer state, the schedule's stashed activations, the output
+        kept for the loss and the backward pass, and puts a node on every stage (the module notes;
+        `incsched.problems.training`); needs ``micro_batches`` and K <= the graph's nodes.
     optimizer : str, optional
         Training: a preset of `incsched.problems.training.OPTIMIZERS` (default ``"adam-fp32"``).
     schedule : str, optional
@@ -295,7 +297,7 @@ class StageProblem:
         wrong length or an invalid value, the spill term lacks a ``spill_capacity``, the bandwidth
         is not a positive finite number, ``micro_batches`` is not a whole number >= 1, or
         ``memory`` comes without ``micro_batches``, or a training field is unknown or set in
-        inference mode (one line naming the choices).
+        inference mode (one line naming the choices), or training has more stages than nodes.
     GraphError
         If the graph has no times for ``device_kind`` and no roofline preset is named so.
 
@@ -385,6 +387,10 @@ class StageProblem:
             object.__setattr__(self, name, value)
         if self.training and self.micro_batches is None:
             raise ProblemError("mode='training' needs micro_batches: the schedule's stashed activations and the step time count them")
+        if self.training and self.n_stages > self.graph.n_nodes:
+            raise ProblemError(
+                f"mode='training' puts a node on every stage (a pipeline runs each one), but graph {self.graph.name!r} "
+                f"has {self.graph.n_nodes} nodes for {self.n_stages} stages: solve with n_stages <= {self.graph.n_nodes}")
         if self.weights.grad_sync_peak > 0 and not self.training:
             raise ProblemError("the grad_sync_peak term weighs training's gradient all-reduce; it needs mode='training'")
 
@@ -559,8 +565,9 @@ class StageProblem:
         f = self.in_flight()
         stash = int(self._stash().sum())
         worst = self.param_factor * g.total_param_bytes + (max(f) + max(self.stage_input_coef)) * max(stash, int(g.out_bytes.sum()))
-        if self.training:  # the working set or the optimizer step on top
+        if self.training:  # the working set or the optimizer step on top, and the kept outputs
             worst += int(self.work_coef.max(initial=0)) + int(self.step_coef.max(initial=0))
+            worst += max(f) * int(training.kept_output_bytes(g).sum())
         if worst > MAX_TOTAL_BYTES:
             raise ProblemError(
                 f"stage problem on graph {self.graph.name!r}: parameters plus {max(f)} micro-batches of activations "

@@ -45,6 +45,21 @@ The model, stage k of K (0-based), M micro-batches:
   (log-probabilities) and working set (the logits' gradient, softmax temporaries) then include
   it. A graph captured without its loss leaves the loss's bytes out (about 3-4 times one
   micro-batch's logits, on the last stage); estimated working sets do not add them either.
+- *The kept output.* ``torch.distributed.pipelining`` runs the loss outside the last stage (the
+  schedule's ``loss_fn``) and its stages keep each micro-batch's output in ``fwd_cache`` from the
+  forward until that micro-batch's backward has run (``stage.py``: ``forward_one_chunk`` stores
+  ``(output, inputs)``, ``backward_one_chunk`` pops them). The last stage's output, the logits
+  here, is read by no node of the stage after the loss, so autograd saves none of it: the stage
+  holding a graph output keeps ``in_flight(k)`` times its bytes (`kept_output_bytes`; GPipe M,
+  1F1B 1 on the last stage), with or without recompute. The outputs an earlier stage sends on are
+  kept the same way (for their gradients' backward) but not charged: one boundary's traffic per
+  micro-batch in flight, small beside a transformer stage's stash (0.125 MiB a micro-batch on
+  gpt2-tiny's stage 0, whose peak the model already over-predicts by 5 %). With
+  ``return_outputs=True`` the schedule also appends every micro-batch's output to
+  ``output_chunks`` for the step's merged result (M outputs held to the step's end):
+  `incsched.execute.training_step` passes False, as a training loop does. Not modelled either:
+  1F1B's loop keeps the previous micro-batch's output referenced (its ``output`` variable) during
+  the next forward, one more output at that moment on the last stage.
 - *Time.* Forward plus backward seconds per node (`training_seconds`): backward measured where
   capture measured it (``CompGraph.backward_time``), else estimated as twice the forward (the
   standard rule: a backward pass computes the gradients of the inputs and of the weights, each
@@ -59,8 +74,16 @@ The model, stage k of K (0-based), M micro-batches:
   shared weight held on several stages all-reduce their gradients before the optimizer steps:
   each holder sends the weight's bytes once (`StageProblem.grad_sync_ticks`), and the step adds
   the busiest stage's sync. ``StageProblem.pipeline`` minimises that step,
-  ``step_slots * stage_time_peak + grad_sync_peak`` (`incsched.problems.stage`'s notes). The
-  slots count K even where a split leaves stages empty: the model is of a K-stage pipeline.
+  ``step_slots * stage_time_peak + grad_sync_peak`` (`incsched.problems.stage`'s notes).
+- *Every stage holds a node.* The model is of the K-stage pipeline that is built: split points
+  (`incsched.export.build_pipeline`, DeepSpeed, torchtitan) make one stage per run of modules and
+  refuse an empty stage, and the K - 1 bubble slots, the stash counts (1F1B's K - k) and the
+  ranks are those of K stages. So training mode forbids empty stages (the evaluator flags one; the
+  exact models add ``sum_v [s_v == k] >= 1`` per stage; the pipeline DP cuts non-empty runs) and
+  refuses K above the node count. Counting only the used stages instead would make the slots
+  ``M + U - 1`` with U a variable, a product with ``stage_time_peak`` in the objective, and each
+  stage's stash count depend on how many later stages are used: far heavier exact models, for
+  answers no split-point export could build as solved. Solve with fewer stages to get fewer.
 """
 
 from __future__ import annotations
@@ -87,6 +110,8 @@ __all__ = [
     "memory_coefficients",
     "stash_bytes",
     "activation_source",
+    "kept_output_bytes",
+    "kept_output_source",
     "stage_input_coef",
     "backward_seconds",
     "backward_source",
@@ -248,13 +273,39 @@ def activation_source(graph: CompGraph) -> str:
     return "measured (saved for backward)" if graph.saved_bytes is not None else "estimated (output bytes)"
 
 
+#: ``CompGraph.meta`` key capture fills when code runs after the last layer (the loss of a model
+#: called with its labels): ``{node name: bytes}``, what that layer hands to the loss.
+LOSS_INPUT_KEY = "loss_input_bytes"
+
+
+def kept_output_bytes(graph: CompGraph) -> np.ndarray:
+    """Bytes of the pipeline's output node v's stage keeps per micro-batch in flight (int64, the
+    module notes): a sink's (a graph output's) ``out_bytes``, but for the node capture recorded in
+    ``meta["loss_input_bytes"]`` (the last layer, its loss joined to it) the bytes that layer hands
+    to the loss, since the pipeline runs the loss outside the stage and keeps its input (the
+    logits); 0 for every other node. `kept_output_source` says which."""
+    kept = np.where(graph.out_degree == 0, graph.out_bytes.astype(np.int64), 0)
+    for name, nbytes in (graph.meta.get(LOSS_INPUT_KEY) or {}).items():
+        if name in graph.names and graph.out_degree[graph.index(name)] == 0:
+            kept[graph.index(name)] = int(nbytes)
+    return kept
+
+
+def kept_output_source(graph: CompGraph) -> str:
+    """Where `kept_output_bytes` come from, for reports."""
+    if graph.meta.get(LOSS_INPUT_KEY):
+        return "measured at capture (what the last layer hands to the loss, which the schedule runs outside the stage)"
+    return "the graph outputs' out_bytes"
+
+
 def memory_coefficients(graph: CompGraph, optimizer: str, in_flight: list[int], recompute: bool) -> np.ndarray:
     """Bytes node v adds to stage k's training memory wherever its neighbours sit, shape (n_nodes, K).
 
-    ``param_factor * param_bytes[v] + in_flight(k) * stash_bytes[v]``; with ``recompute``, one
-    micro-batch's ``stash_bytes[v]``, and for a source node (a model input the stage keeps per
-    micro-batch) ``in_flight(k)`` times its ``out_bytes``. The values a stage receives are
-    `stage_input_coef`'s. int64; the caller checks the range.
+    ``param_factor * param_bytes[v] + in_flight(k) * (stash_bytes[v] + kept_output_bytes[v])``;
+    with ``recompute``, one micro-batch's ``stash_bytes[v]``, and for a source node (a model input
+    the stage keeps per micro-batch) ``in_flight(k)`` times its ``out_bytes``; the kept output
+    ``in_flight(k)`` times either way. The values a stage receives are `stage_input_coef`'s.
+    int64; the caller checks the range.
     """
     f = np.asarray(in_flight, dtype=np.int64)[None, :]
     stash = stash_bytes(graph).astype(np.int64)[:, None]
@@ -263,7 +314,8 @@ def memory_coefficients(graph: CompGraph, optimizer: str, in_flight: list[int], 
         acts = np.where(source, f * graph.out_bytes.astype(np.int64)[:, None], stash)
     else:
         acts = f * stash
-    return param_factor(optimizer) * graph.param_bytes.astype(np.int64)[:, None] + acts
+    kept = f * kept_output_bytes(graph)[:, None]
+    return param_factor(optimizer) * graph.param_bytes.astype(np.int64)[:, None] + acts + kept
 
 
 def stage_input_coef(in_flight: list[int], recompute: bool) -> list[int]:

@@ -303,6 +303,8 @@ class _StageModel:
         self._stage_variables()
         self._precedence()
         self._stage_booleans()
+        if problem.training:
+            self._nonempty_stages()
         self._shared_weights()
         if reduction is not None:
             self._reduction_rules()
@@ -371,6 +373,8 @@ class _StageModel:
             matters[self.problem.graph.dst[data & self._senders()[self.problem.graph.src]]] = True  # readers decide a send
         if self.use_memory:
             matters |= self.problem.node_memory_coef.any(axis=1)
+        if self.problem.training:  # every node may be the one that keeps a stage from being empty
+            matters[:] = True
         for w, t in zip(self.shared, self.shared_ticks):  # a reader decides where a synced weight is held
             if t:
                 matters[list(w.readers)] = True
@@ -393,6 +397,15 @@ class _StageModel:
             self.n_booleans += len(x)
         self.on_stage = [self.on_stage[r] for r in self.group.tolist()]
         self.fixed_stage = np.where(free, -1, self.allowed.argmax(axis=1))
+
+    def _nonempty_stages(self) -> None:
+        """Training: sum_v [stage_v == k] >= 1 on every stage (`incsched.problems.training`'s notes),
+        one clause per stage not already held by a node its domain fixes there."""
+        for k in range(self.K):
+            if (self.fixed_stage == k).any():
+                continue
+            lits = {x[k].Index(): x[k] for x in self.on_stage if x is not None and k in x}  # merged nodes share one
+            self.model.AddBoolOr(list(lits.values()))  # no literal: the window leaves stage k empty, infeasible
 
     def _shared_weights(self) -> None:
         """held[w][k] <=> some reader of shared weight w sits on stage k (a constant where the domains decide)."""

@@ -99,6 +99,8 @@ def solve_stage_milp(
     name = f"milp-{backend}"
     info: dict = {"time_unit": problem.time_unit}
     allowed, reason = problem.allowed_or_reason(window)
+    if reason is None and problem.training and not allowed.any(axis=0).all():  # an empty row would read as no constraint
+        reason = f"the window leaves stage {int(np.argmin(allowed.any(axis=0)))} no node, and training mode puts one on every stage"
     if reason is not None:
         info["reason"] = reason
         return SolverOutput("infeasible", None, None, None, time.perf_counter() - start, name, info=info)
@@ -247,6 +249,9 @@ def _build(problem: StageProblem, allowed: np.ndarray, w: dict[str, int]):
     stage_expr = [pulp.lpSum(k * var for k, var in opts) for opts in by_node]
     for e, (u, v) in enumerate(zip(g.src.tolist(), g.dst.tolist())):
         prob += stage_expr[u] <= stage_expr[v], f"precedence_{e}"
+    if problem.training:  # a training pipeline runs every stage (incsched.problems.training's notes)
+        for k in range(K):
+            prob += pulp.lpSum(on[v, k] for v in range(g.n_nodes) if (v, k) in on) >= 1, f"nonempty_{k}"
 
     def stage_load(k: int, coef) -> pulp.LpAffineExpression:
         return pulp.lpSum(int(coef[v]) * on[v, k] for v in range(g.n_nodes) if (v, k) in on and coef[v])
