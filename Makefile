@@ -35,7 +35,7 @@ run: $(STAMP)
 	$(PY) benchmarks/throughput.py --compare out/run/peer.json out/run/throughput.json --graph $(RUN_GRAPH) --bandwidth 1e9 --micro-batches 4
 
 # Every test but the long end-to-end ones (about 10 minutes on 2 quiet cores); test-long runs
-# those (about 4 more minutes); .ci/run runs both.
+# those (about 6 more minutes); .ci/run runs both.
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not long"
 

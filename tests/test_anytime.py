@@ -93,6 +93,7 @@ print(first.stop_reason, again.stop_reason, again.status)
 """
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kind, delay", [("stage", 0.02), ("placement", 0.3)])
 def test_sigint_while_the_policy_compiles_interrupts_cleanly(kind, delay, tmp_path):
     # A cold numba cache makes the first decode compile for a second or more; a Ctrl-C landing
@@ -163,6 +164,7 @@ def test_the_clock_holds_on_a_10000_op_placement():
         assert p.lower_bound_ticks() <= r.lower_bound <= r.objective
 
 
+@pytest.mark.long
 def test_a_run_bounded_by_work_is_byte_identical(big_stage):
     a = solve(big_stage, "inc-ilp", time_limit=120, work_limit=2.0, seed=5)
     b = solve(big_stage, "inc-ilp", time_limit=120, work_limit=2.0, seed=5)
@@ -170,6 +172,7 @@ def test_a_run_bounded_by_work_is_byte_identical(big_stage):
     assert _dump(a) == _dump(b)
 
 
+@pytest.mark.long
 def test_progress_sees_improving_objectives_and_rising_bounds(big_stage):
     seen = []
     r = solve(big_stage, "inc-ilp", time_limit=60, work_limit=2.0, on_progress=seen.append)

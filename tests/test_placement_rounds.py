@@ -66,6 +66,7 @@ def test_device_preferences_follow_the_incumbent_labels(ffnn4):
         device_preferences(ffnn4, Placement(best.device, best.order))
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_ranked_windows_and_rounds_improve_and_repeat():
     p = PlacementProblem.identical(ffnn(n_layers=6, tiles=3), 8, bandwidth=1e9)  # no cut nodes: windows, not segments

@@ -76,6 +76,7 @@ def cold() -> dict:
     return dict(zip(COLD_RUNS, outs))
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_cold_and_short_the_policy_loads_in_a_child_process_and_the_run_says_it_may_not_repeat(cold):
     out = cold["short"]
@@ -131,6 +132,7 @@ def test_the_policy_process_decodes_what_the_policy_decodes_here():
     assert child.device.tolist() == here.device.tolist() and child.order == here.order
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_work_bounded_run_takes_the_policy_by_rule_only(cold):
     out = cold["work_bounded"]
@@ -139,6 +141,7 @@ def test_a_work_bounded_run_takes_the_policy_by_rule_only(cold):
     assert out["reproducible"] is True
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_below_the_background_limit_the_cold_policy_is_left_out(cold):
     out = cold["below_background"]
