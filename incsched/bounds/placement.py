@@ -25,6 +25,10 @@ Families
     than the entry's can only do what the entry's device has fed them before the entry's output
     could reach them (and the mirror at the exit), and the work must fit as a preemptive
     schedule: a max flow per tried makespan.
+`incsched.bounds.placement_kinds` (``kind_*``)
+    On devices of several kinds (different duration columns), each node's work charged at its
+    own kind's duration: a fractional assignment to kinds, heads and tails per kind, and the
+    energy bound with per-kind windows (those families do not use the fastest duration).
 `segment_sum_bound`
     Cut nodes (norms, sums, residual adds) split every schedule into consecutive segments; the
     makespan is at least the sum of the segments' own bounds.
@@ -39,6 +43,15 @@ import numpy as np
 from ..problems.decompose import segments, subproblem
 from ..problems.placement import PlacementProblem
 from .placement_flow import FLOW_MAX_NODES, flow_bound
+from .placement_kinds import (
+    device_kinds,
+    kind_energy_bound,
+    kind_heads,
+    kind_interval_bound,
+    kind_load_bound,
+    kind_path_bound,
+    kind_tails,
+)
 from .placement_heads import (  # noqa: F401  (re-exported: the families' shared ingredients)
     INF,
     _anchors,
@@ -304,6 +317,8 @@ def placement_bound_details(
         for y in exits:
             if (x is not None or y is not None) and not stop():
                 out["anchored_energy"] = max(out["anchored_energy"], energy_bound(problem, head, tail, entry=x, exit_=y, should_stop=should_stop))
+    if len(device_kinds(problem)[1]) > 1 and not stop():
+        _kind_families(problem, head, tail, entries, exits, out, stop)
     if flow is None:
         flow = problem.n_nodes <= FLOW_MAX_NODES
     if flow and not stop():
@@ -314,6 +329,23 @@ def placement_bound_details(
         out["segment_sum"] = segment_sum_bound(problem, inner, should_stop)
     out["bound"] = max(out.values())
     return out
+
+
+def _kind_families(problem, head, tail, entries, exits, out: dict[str, int], stop) -> None:
+    """The per-kind families (`incsched.bounds.placement_kinds`) into ``out``; one kind gives nothing new."""
+    out["kind_load"] = kind_load_bound(problem)
+    if stop():
+        return
+    kh, kq = kind_heads(problem, head), kind_tails(problem, tail)
+    out["kind_path"] = kind_path_bound(problem, kh, kq)
+    out["kind_energy"] = 0
+    for x in entries:
+        for y in exits:
+            if not stop():
+                out["kind_energy"] = max(out["kind_energy"], kind_energy_bound(problem, head, tail, kh, kq, entry=x, exit_=y,
+                                                                               should_stop=stop))
+    if not stop():
+        out["kind_interval"] = kind_interval_bound(problem, kh, kq, lower=max(out.values()), should_stop=stop)
 
 
 def _combinatorial_bound(problem: PlacementProblem, energetic: bool | None = None, flow: bool | None = None) -> int:
