@@ -59,7 +59,7 @@ def every_kind_bound(p: PlacementProblem) -> dict[str, int]:
     """Each per-kind family alone, every node tried as entry and exit anchor (any node is a valid anchor)."""
     head, tail = transfer_heads(p), transfer_tails(p)
     eh, et = energetic_heads(p, head), energetic_heads(p, tail, forward=False)
-    kh, kq = kind_heads(p, eh), kind_tails(p, et)
+    kh, kq = kind_heads(p, eh, energetic=True), kind_tails(p, et, energetic=True)
     out = {"load": kind_load_bound(p), "path": kind_path_bound(p, kh, kq), "path_plain": kind_path_bound(p),
            "interval": kind_interval_bound(p, kh, kq, precision=0.0), "details": placement_bound_details(p)["bound"]}
     anchors = [None] + list(range(p.n_nodes))
@@ -201,9 +201,10 @@ def test_kind_heads_hold_in_any_schedule(p, data):
     _, _, members = device_kinds(p)
     kind_of = {e: k for k, m in enumerate(members) for e in m}
     head, tail = energetic_heads(p, transfer_heads(p)), energetic_heads(p, transfer_tails(p), forward=False)
-    kh, kq = kind_heads(p, head), kind_tails(p, tail)
-    for v in range(n):
-        k = kind_of[int(sched.device[v])]
-        assert int(sched.start[v]) >= kh[v, k]
-        assert int(sched.makespan) - int(sched.end[v]) >= kq[v, k]
+    for energetic in (False, True):
+        kh, kq = kind_heads(p, head, energetic=energetic), kind_tails(p, tail, energetic=energetic)
+        for v in range(n):
+            k = kind_of[int(sched.device[v])]
+            assert int(sched.start[v]) >= kh[v, k]
+            assert int(sched.makespan) - int(sched.end[v]) >= kq[v, k]
     assert placement_bound_details(p)["bound"] <= sched.makespan

@@ -82,6 +82,10 @@ __all__ = [
 #: (and segments) of at most this many nodes by default: it costs about n^2.
 ENERGETIC_MAX_NODES = 200
 
+#: `placement_bound_details` raises per-kind heads by the ancestors' weighted load (`kind_heads`'
+#: ``energetic``) on problems of at most this many nodes: cheap (0.1-0.3 s at 200-300 nodes), n^2.
+KIND_ENERGETIC_MAX_NODES = 1000
+
 #: `incsched.inc_ilp.exact_bounds.placement_bound_cpsat` raises the heads of its CP-SAT windows the same way on problems of at
 #: most this many nodes (about 2 s at 500; a 10,000-op graph would take a quarter of an hour).
 ENERGETIC_WINDOW_MAX_NODES = 500
@@ -318,7 +322,7 @@ def placement_bound_details(
             if (x is not None or y is not None) and not stop():
                 out["anchored_energy"] = max(out["anchored_energy"], energy_bound(problem, head, tail, entry=x, exit_=y, should_stop=should_stop))
     if len(device_kinds(problem)[1]) > 1 and not stop():
-        _kind_families(problem, head, tail, entries, exits, out, stop)
+        _kind_families(problem, head, tail, entries, exits, out, stop, problem.n_nodes <= KIND_ENERGETIC_MAX_NODES)
     if flow is None:
         flow = problem.n_nodes <= FLOW_MAX_NODES
     if flow and not stop():
@@ -331,12 +335,15 @@ def placement_bound_details(
     return out
 
 
-def _kind_families(problem, head, tail, entries, exits, out: dict[str, int], stop) -> None:
+def _kind_families(problem, head, tail, entries, exits, out: dict[str, int], stop, energetic: bool) -> None:
     """The per-kind families (`incsched.bounds.placement_kinds`) into ``out``; one kind gives nothing new."""
     out["kind_load"] = kind_load_bound(problem)
     if stop():
         return
-    kh, kq = kind_heads(problem, head), kind_tails(problem, tail)
+    kh = kind_heads(problem, head, energetic=energetic, should_stop=stop)
+    if stop():
+        return
+    kq = kind_tails(problem, tail, energetic=energetic, should_stop=stop)
     out["kind_path"] = kind_path_bound(problem, kh, kq)
     out["kind_energy"] = 0
     for x in entries:
