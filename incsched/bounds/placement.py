@@ -86,6 +86,10 @@ ENERGETIC_MAX_NODES = 200
 #: ``energetic``) on problems of at most this many nodes: cheap (0.1-0.3 s at 200-300 nodes), n^2.
 KIND_ENERGETIC_MAX_NODES = 1000
 
+#: Past `KIND_ENERGETIC_MAX_NODES` nodes, `kind_energy_bound` tries at most this many release
+#: thresholds (any subset is valid).
+KIND_MAX_THRESHOLDS = 64
+
 #: `incsched.inc_ilp.exact_bounds.placement_bound_cpsat` raises the heads of its CP-SAT windows the same way on problems of at
 #: most this many nodes (about 2 s at 500; a 10,000-op graph would take a quarter of an hour).
 ENERGETIC_WINDOW_MAX_NODES = 500
@@ -346,11 +350,12 @@ def _kind_families(problem, head, tail, entries, exits, out: dict[str, int], sto
     kq = kind_tails(problem, tail, energetic=energetic, should_stop=stop)
     out["kind_path"] = kind_path_bound(problem, kh, kq)
     out["kind_energy"] = 0
+    thresholds = None if energetic else KIND_MAX_THRESHOLDS  # n^2 work per anchor pair otherwise
     for x in entries:
         for y in exits:
             if not stop():
                 out["kind_energy"] = max(out["kind_energy"], kind_energy_bound(problem, head, tail, kh, kq, entry=x, exit_=y,
-                                                                               should_stop=stop))
+                                                                               max_thresholds=thresholds, should_stop=stop))
     if not stop():
         out["kind_interval"] = kind_interval_bound(problem, kh, kq, lower=max(out.values()), should_stop=stop)
 

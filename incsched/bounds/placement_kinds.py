@@ -22,13 +22,18 @@ Families
     J = every node, W_e = T: the least T a fractional assignment to kinds allows.
 `kind_heads` / `kind_tails`
     `transfer_heads` per kind: the earliest start of v *on a device of kind k*, its co-located
-    inputs at kind-k durations and the others over the cheapest link into kind k.
+    inputs at kind-k durations and the others over the cheapest link into kind k; optionally
+    raised by the weighted load of v's ancestors (descendants), which must all end before v.
 `kind_path_bound`
     max over nodes of the least over kinds of head + duration + tail there.
 `kind_energy_bound`
     `incsched.bounds.placement.energy_bound` with the weighted load in place of fastest work: the
     windows per kind come from `kind_heads` / `kind_tails` (and the anchors' cases, per kind of
     the anchor's device).
+`kind_interval_bound`
+    Energetic reasoning: for a tried makespan, each node's least overlap with a time interval on
+    each kind its window there still holds (a kind whose window is shorter than the node's
+    duration there is out); the weighted load of those overlaps must fit the interval.
 
 All exact in int64: weights are scaled so that no sum can wrap (`_weight_limit`). On identical
 devices (one kind) every family here equals its fastest-duration counterpart, so
@@ -112,7 +117,7 @@ def _scaled(weights: list[tuple[int, ...]], limit: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64).reshape(len(out), -1)
 
 
-def _pair_breakpoints(dk: np.ndarray, counts: np.ndarray) -> list[tuple[Fraction, int, tuple[int, int]]]:
+def _pair_breakpoints(dk: np.ndarray, counts: np.ndarray) -> list[tuple[Fraction, tuple[int, int]]]:
     """Two kinds: per distinct duration ratio, (the whole set's load at that weight, weight)."""
     d0 = [int(x) for x in dk[:, 0]]
     d1 = [int(x) for x in dk[:, 1]]
@@ -217,6 +222,9 @@ def kind_load_bound(problem: PlacementProblem) -> int:
     dk, counts, _ = device_kinds(problem)
     if problem.n_nodes == 0:
         return 0
+    if dk.shape[1] == 2:  # every breakpoint, in exact rationals: the LP optimum
+        best = max(v for v, _ in _pair_breakpoints(dk, counts))
+        return -(-best.numerator // best.denominator)
     Y = _scaled(kind_weights(dk, counts), _weight_limit(dk, counts))
     work = _weighted_work(dk, Y).sum(axis=1)
     cap = Y @ counts
