@@ -60,6 +60,7 @@ from .placement_heads import (  # noqa: F401  (re-exported: the families' shared
     anchored_heads,
     anchored_tails,
     path_bound,
+    release_thresholds,
     transfer_heads,
     transfer_tails,
 )
@@ -178,9 +179,7 @@ def energy_bound(
 
     key_a = HX  # thresholds on the anchored (largest) heads and tails: they select the sets
     key_b = QY
-    thresholds = np.unique(key_a[key_a < INF])
-    if max_thresholds is not None and len(thresholds) > max_thresholds:
-        thresholds = np.unique(thresholds[np.linspace(0, len(thresholds) - 1, max_thresholds).round().astype(int)])
+    thresholds = release_thresholds(key_a, max_thresholds)
     best = 0
     for a in thresholds.tolist():
         if should_stop is not None and should_stop():

@@ -15,6 +15,7 @@ from ..problems.placement import PlacementProblem
 
 __all__ = [
     "INF",
+    "release_thresholds",
     "transfer_heads",
     "transfer_tails",
     "path_bound",
@@ -231,3 +232,12 @@ def _anchors(problem: PlacementProblem) -> tuple[list[int | None], list[int | No
     if len(sinks) == 1:
         exits.append(int(sinks[0]))
     return entries, exits
+
+
+def release_thresholds(release: np.ndarray, max_thresholds: int | None = None) -> np.ndarray:
+    """The distinct finite releases an energy bound tries as set thresholds (ascending); at most
+    ``max_thresholds`` of them, spread evenly, when given: fewer sets only lower the bound."""
+    thresholds = np.unique(release[release < INF])
+    if max_thresholds is not None and len(thresholds) > max_thresholds:
+        thresholds = np.unique(thresholds[np.linspace(0, len(thresholds) - 1, max_thresholds).round().astype(int)])
+    return thresholds

@@ -47,7 +47,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..problems.placement import PlacementProblem
-from .placement_heads import INF, _colocation_rule, anchored_heads, anchored_tails
+from .placement_heads import INF, _colocation_rule, anchored_heads, anchored_tails, release_thresholds
 
 __all__ = [
     "device_kinds",
@@ -467,9 +467,7 @@ def kind_energy_bound(
     # Sets: releases and tails large on every kind (the anchored ones when anchored), as energy_bound.
     key_a = hx if hx is not None else kh.min(axis=1)
     key_b = qy if qy is not None else kq.min(axis=1)
-    thresholds = np.unique(key_a[key_a < INF])
-    if max_thresholds is not None and len(thresholds) > max_thresholds:
-        thresholds = np.unique(thresholds[np.linspace(0, len(thresholds) - 1, max_thresholds).round().astype(int)])
+    thresholds = release_thresholds(key_a, max_thresholds)
     best = 0
     for a in thresholds.tolist():
         if should_stop is not None and should_stop():
