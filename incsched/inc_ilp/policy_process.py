@@ -86,13 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     """The child: read the problem, decode it with the shipped policy, print the answer as JSON."""
     kind, path, seed = argv or sys.argv[1:]
     if kind == "stage":
-        from ..policy.stage_policy import preschedule
+        from ..policy.stage_decoder import preschedule
         from ..problems import StageProblem
 
         stages = preschedule(StageProblem.load(path), int(seed))
         print(json.dumps({"stages": [int(s) for s in stages]}))
     else:
-        from ..policy.placement_policy import preschedule
+        from ..policy.placement_decoder import preschedule
         from ..problems import PlacementProblem
 
         print(json.dumps({"placement": preschedule(PlacementProblem.load(path), int(seed)).to_json()}))
