@@ -1,10 +1,12 @@
 """The learned policy decoded in a child process, for a run whose clock is too short to load it here.
 
-Loading the policy in this process means importing torch, which cannot be cut short: a run whose
-clock is too short for the load (the rule's `Tuning.policy_min_seconds`) would leave it behind in a
-helper thread, and a process that exits while that import runs aborts ("terminate called without an
-active exception", exit 134, seen with inc-ilp at time_limit=4). A child process imports torch on
-its own: a child still loading when the run ends is simply killed.
+Loading the policy in this process means reading its weights and compiling (or loading from
+numba's cache) its decoder, and importing torch where the shipped ``.npz`` weights are missing: seconds
+that cannot be cut short. A run whose clock is too short for the load (the rule's
+`Tuning.policy_min_seconds`) would leave it behind in a helper thread, and a process that exits
+while torch is still importing aborts ("terminate called without an active exception", exit 134,
+seen with inc-ilp at time_limit=4). A child process loads on its own: a child still loading when
+the run ends is simply killed.
 
     parent: problem ──JSON file──> child: load policy, decode ──answer JSON on stdout──> parent
 
