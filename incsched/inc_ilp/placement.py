@@ -307,7 +307,7 @@ def ranked(ctx: Context) -> None:
 
 
 def _policy_loaded(ctx: Context) -> bool:
-    """The portfolio ran the policy (a log line says so): its weights and torch are in memory."""
+    """The portfolio ran the policy (a log line says so): its weights are in memory and its decoder compiled."""
     return any(step["phase"] == "incumbent" and "rl" in (step.get("scores") or {}) for step in ctx.steps)
 
 
