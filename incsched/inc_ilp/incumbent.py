@@ -21,18 +21,19 @@ from .policy_process import PolicyProcess
 __all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "search_evaluations", "policy_loaded",
            "local_search_clock"]
 
-#: Policy modules whose ``preschedule`` has returned once in this process: torch imported, weights
-#: read, decoder compiled. From then on the policy costs a decode only, and always takes part.
+#: Policy modules whose ``preschedule`` has returned once in this process: weights read, decoder
+#: compiled. From then on the policy costs a decode only, and always takes part.
 _LOADED: set[str] = set()
 
 
 def policy_loaded(kind: str) -> bool:
     """Whether the ``"stage"`` or ``"placement"`` policy is loaded in this process."""
-    return f"incsched.policy.{kind}_policy" in _LOADED
+    return f"incsched.policy.{kind}_decoder" in _LOADED
 
 
 def _policy(module: str) -> Callable:
-    """The learned policy's ``preschedule`` from ``module``, imported (with torch) on first use."""
+    """The learned policy's ``preschedule`` from ``module``, imported on first use (numpy: no torch
+    unless the shipped weights lack their ``.npz``)."""
 
     def rl(problem, seed: int = 0, **options):
         answer = import_module(module).preschedule(problem, seed, **options)
@@ -44,8 +45,8 @@ def _policy(module: str) -> Callable:
 
 
 #: Pre-schedulers by name, each ``f(problem, seed) -> incumbent``: the baselines and the policy.
-STAGE_PRESCHEDULERS: dict[str, Callable] = {**STAGE_BASELINES, "rl": _policy("incsched.policy.stage_policy")}
-PLACEMENT_PRESCHEDULERS: dict[str, Callable] = {**PLACEMENT_BASELINES, "rl": _policy("incsched.policy.placement_policy")}
+STAGE_PRESCHEDULERS: dict[str, Callable] = {**STAGE_BASELINES, "rl": _policy("incsched.policy.stage_decoder")}
+PLACEMENT_PRESCHEDULERS: dict[str, Callable] = {**PLACEMENT_BASELINES, "rl": _policy("incsched.policy.placement_decoder")}
 
 #: Candidates that polish another's answer, given it when it ran already (the DP runs once, not twice).
 _STARTS_FROM = {"dp_local_search": "pipedream_dp"}

@@ -282,7 +282,7 @@ def ranked(ctx: Context) -> None:
     p: PlacementProblem = ctx.problem
     if not _open(ctx) or not _policy_loaded(ctx):
         return
-    from ..policy.placement_policy import device_preferences  # torch: already imported by the portfolio
+    from ..policy.placement_decoder import device_preferences  # loaded already by the portfolio
 
     slack = max(int(ctx.tuning.placement_ranked_slack * ctx.best_value), 1)
     for _ in range(ctx.tuning.placement_max_ranked):
@@ -307,7 +307,7 @@ def ranked(ctx: Context) -> None:
 
 
 def _policy_loaded(ctx: Context) -> bool:
-    """The portfolio ran the policy (a log line says so): its weights and torch are in memory."""
+    """The portfolio ran the policy (a log line says so): its weights are in memory and its decoder compiled."""
     return any(step["phase"] == "incumbent" and "rl" in (step.get("scores") or {}) for step in ctx.steps)
 
 
@@ -400,7 +400,7 @@ def _round_preferences(ctx: Context) -> np.ndarray | None:
     doubt rounds, or the portfolio did not run the policy, whose load the rounds do not pay)."""
     if not ctx.tuning.placement_doubt_rounds or not _policy_loaded(ctx):
         return None
-    from ..policy.placement_policy import device_preferences  # torch: already imported by the portfolio
+    from ..policy.placement_decoder import device_preferences  # loaded already by the portfolio
 
     with ctx.timed("rounds"):
         return device_preferences(ctx.problem, Placement(ctx.best.device, ctx.best.order, start=_executed(ctx).start))

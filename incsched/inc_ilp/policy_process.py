@@ -1,10 +1,12 @@
 """The learned policy decoded in a child process, for a run whose clock is too short to load it here.
 
-Loading the policy in this process means importing torch, which cannot be cut short: a run whose
-clock is too short for the load (the rule's `Tuning.policy_min_seconds`) would leave it behind in a
-helper thread, and a process that exits while that import runs aborts ("terminate called without an
-active exception", exit 134, seen with inc-ilp at time_limit=4). A child process imports torch on
-its own: a child still loading when the run ends is simply killed.
+Loading the policy in this process means reading its weights and compiling (or loading from
+numba's cache) its decoder, and importing torch where the shipped ``.npz`` weights are missing: seconds
+that cannot be cut short. A run whose clock is too short for the load (the rule's
+`Tuning.policy_min_seconds`) would leave it behind in a helper thread, and a process that exits
+while torch is still importing aborts ("terminate called without an active exception", exit 134,
+seen with inc-ilp at time_limit=4). A child process loads on its own: a child still loading when
+the run ends is simply killed.
 
     parent: problem ──JSON file──> child: load policy, decode ──answer JSON on stdout──> parent
 
@@ -86,13 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     """The child: read the problem, decode it with the shipped policy, print the answer as JSON."""
     kind, path, seed = argv or sys.argv[1:]
     if kind == "stage":
-        from ..policy.stage_policy import preschedule
+        from ..policy.stage_decoder import preschedule
         from ..problems import StageProblem
 
         stages = preschedule(StageProblem.load(path), int(seed))
         print(json.dumps({"stages": [int(s) for s in stages]}))
     else:
-        from ..policy.placement_policy import preschedule
+        from ..policy.placement_decoder import preschedule
         from ..problems import PlacementProblem
 
         print(json.dumps({"placement": preschedule(PlacementProblem.load(path), int(seed)).to_json()}))

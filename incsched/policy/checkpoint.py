@@ -6,23 +6,33 @@ format version, the policy's kind, its constructor arguments, the feature layout
 on, the training config and metrics, and the SHA-256 of the weights file. Each policy module
 registers its kind once (`register_policy`: how to build it, its layout, its shipped file);
 loading checks every field and raises `CheckpointError`, one line naming the file and the problem.
+
+Inference reads the same weights without torch (whose import costs seconds in a fresh process):
+a ``.npz`` beside the ``.pt`` (`save_numpy_weights`, written by `save_checkpoint` and by
+scripts/export_numpy_weights.py) holds the state dict as float32 arrays plus the SHA-256 of the
+``.pt`` it was made from and of its own arrays; `load_weight_arrays` reads it (``allow_pickle=False``)
+when both hashes hold, else falls back to ``torch.load`` of the ``.pt``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 
 from ..errors import CheckpointError
 from ..data import MODELS_DIR as _SHIPPED_MODELS
 from ..jsonio import atomic_write_bytes, read_json, write_json
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "CheckpointError",
@@ -33,8 +43,15 @@ __all__ = [
     "load_policy",
     "check_model_config",
     "load_placement_checkpoint",
+    "save_numpy_weights",
+    "load_numpy_weights",
+    "load_weight_arrays",
+    "numpy_weights_path",
     "MODELS_DIR",
+    "NO_NPZ_ENV",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Largest layer size or layer count a checkpoint may ask for: a file that asks for more is
 #: malformed (the shipped policies use 32 and 2-3), and building it would exhaust memory first.
@@ -65,7 +82,7 @@ class PolicyKind:
     """
 
     kind: str
-    build: Callable[[dict[str, int], str], torch.nn.Module]
+    build: Callable[[dict[str, int], str], "torch.nn.Module"]
     layout: dict[str, Any]
     default_path: Path
 
@@ -94,14 +111,15 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def save_checkpoint(path: str | os.PathLike, state_dict: dict[str, torch.Tensor], *, kind: str, model_config: dict[str, int],
+def save_checkpoint(path: str | os.PathLike, state_dict: dict[str, "torch.Tensor"], *, kind: str, model_config: dict[str, int],
                     train_config: Any = None, metrics: Any = None, torch_version: str | None = None) -> Path:
     """Write ``state_dict`` to ``path`` and its metadata to the ``.json`` beside it.
 
     Parameters
     ----------
     path : path-like
-        The ``.pt`` file; the metadata goes to the same name with ``.json``.
+        The ``.pt`` file; the metadata goes to the same name with ``.json``, the weights as numpy
+        arrays (`save_numpy_weights`) to the same name with ``.npz``.
     state_dict : dict of str to Tensor
         A policy's ``state_dict()``.
     kind : str
@@ -118,6 +136,8 @@ def save_checkpoint(path: str | os.PathLike, state_dict: dict[str, torch.Tensor]
     pathlib.Path
         The metadata file.
     """
+    import torch
+
     path = Path(path)
     spec = _registered(kind)
     check_model_config(model_config, path)
@@ -140,10 +160,43 @@ def save_checkpoint(path: str | os.PathLike, state_dict: dict[str, torch.Tensor]
         "torch": torch_version or torch.__version__,
     }
     write_json(_meta_path(path), meta)
+    save_numpy_weights(path)
     return _meta_path(path)
 
 
-def load_checkpoint(path: str | os.PathLike, *, kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def read_metadata(path: str | os.PathLike, *, kind: str, layout: dict[str, Any]) -> dict[str, Any]:
+    """The verified metadata (``.json``) of the checkpoint ``path`` of a ``kind`` policy trained on ``layout``.
+
+    Raises
+    ------
+    CheckpointError
+        Missing file or metadata, wrong format / version / kind, another feature layout, or a
+        model config that is not ``{name: size}`` (see `load_checkpoint`).
+    """
+    path = Path(path)
+    meta_path = _meta_path(path)
+    if not path.is_file():
+        raise CheckpointError(f"policy checkpoint {path} does not exist")
+    if not meta_path.is_file():
+        raise CheckpointError(f"policy checkpoint {path} has no metadata file {meta_path.name} beside it")
+    try:
+        meta = read_json(meta_path)
+    except Exception as exc:  # noqa: BLE001 - any unreadable metadata is the same error to the caller
+        raise CheckpointError(f"policy checkpoint metadata {meta_path} is unreadable: {_one_line(exc)}") from None
+    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+    if found != FORMAT:
+        raise CheckpointError(f"{meta_path} is not a policy checkpoint's metadata (format {found!r}, expected {FORMAT!r})")
+    if type(meta.get("version")) is not int or meta["version"] != VERSION:  # noqa: E721 - True == 1 must not pass
+        raise CheckpointError(f"{meta_path}: checkpoint version {meta.get('version')!r} is not supported (expected {VERSION})")
+    if meta.get("kind") != kind:
+        raise CheckpointError(f"{path} holds a {meta.get('kind')!r} policy, not a {kind!r} policy")
+    if meta.get("features") != layout:
+        raise CheckpointError(f"{path} was trained on another feature layout than this code computes; retrain it (incsched train)")
+    check_model_config(meta.get("model_config"), path)
+    return meta
+
+
+def load_checkpoint(path: str | os.PathLike, *, kind: str) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
     """Read and verify a checkpoint written by `save_checkpoint`.
 
     Parameters
@@ -167,27 +220,14 @@ def load_checkpoint(path: str | os.PathLike, *, kind: str) -> tuple[dict[str, to
         the recorded one (corrupt or swapped), or one that ``torch.load(weights_only=True)``
         rejects or that holds anything but named tensors.
     """
+    return _load_state(path, kind=kind, layout=_registered(kind).layout)
+
+
+def _load_state(path: str | os.PathLike, *, kind: str, layout: dict[str, Any]) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+    import torch
+
     path = Path(path)
-    spec = _registered(kind)
-    meta_path = _meta_path(path)
-    if not path.is_file():
-        raise CheckpointError(f"policy checkpoint {path} does not exist")
-    if not meta_path.is_file():
-        raise CheckpointError(f"policy checkpoint {path} has no metadata file {meta_path.name} beside it")
-    try:
-        meta = read_json(meta_path)
-    except Exception as exc:  # noqa: BLE001 - any unreadable metadata is the same error to the caller
-        raise CheckpointError(f"policy checkpoint metadata {meta_path} is unreadable: {_one_line(exc)}") from None
-    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-    if found != FORMAT:
-        raise CheckpointError(f"{meta_path} is not a policy checkpoint's metadata (format {found!r}, expected {FORMAT!r})")
-    if type(meta.get("version")) is not int or meta["version"] != VERSION:  # noqa: E721 - True == 1 must not pass
-        raise CheckpointError(f"{meta_path}: checkpoint version {meta.get('version')!r} is not supported (expected {VERSION})")
-    if meta.get("kind") != kind:
-        raise CheckpointError(f"{path} holds a {meta.get('kind')!r} policy, not a {kind!r} policy")
-    if meta.get("features") != spec.layout:
-        raise CheckpointError(f"{path} was trained on another feature layout than this code computes; retrain it (incsched train)")
-    check_model_config(meta.get("model_config"), path)
+    meta = read_metadata(path, kind=kind, layout=layout)
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != meta.get("weights_sha256"):
@@ -205,7 +245,7 @@ def load_checkpoint(path: str | os.PathLike, *, kind: str) -> tuple[dict[str, to
     return state, meta
 
 
-def load_policy(path: str | os.PathLike | None, *, kind: str, conv: str = "plain") -> tuple[torch.nn.Module, dict[str, Any]]:
+def load_policy(path: str | os.PathLike | None, *, kind: str, conv: str = "plain") -> tuple["torch.nn.Module", dict[str, Any]]:
     """Load a registered policy in eval mode, with its metadata.
 
     Parameters
@@ -259,7 +299,7 @@ def check_model_config(config: Any, path: str | os.PathLike) -> dict[str, int]:
     return config
 
 
-def load_placement_checkpoint(path: str | os.PathLike, *, format: str = FORMAT, version: int = VERSION) -> tuple[dict[str, int], dict[str, torch.Tensor]]:
+def load_placement_checkpoint(path: str | os.PathLike, *, format: str = FORMAT, version: int = VERSION) -> tuple[dict[str, int], dict[str, "torch.Tensor"]]:
     """The verified model config and weights of a placement checkpoint (`load_checkpoint`), no model built.
 
     Kept for ``incsched finetune``'s early check (incsched/cli.py), which passes the placement
@@ -274,3 +314,140 @@ def load_placement_checkpoint(path: str | os.PathLike, *, format: str = FORMAT, 
         raise CheckpointError(f"{path}: only checkpoint format {FORMAT!r} version {VERSION} is read, not {format!r} {version!r}")
     state, meta = load_checkpoint(path, kind="placement")
     return meta["model_config"], state
+
+
+# ---------------------------------------------------------------------- the weights as numpy arrays (inference without torch)
+
+#: Set to anything but "" or "0" to ignore the ``.npz`` weights: inference then reads the ``.pt``
+#: with torch, as before they existed (to measure what they save, or to rule them out).
+NO_NPZ_ENV = "INCSCHED_NO_NPZ_WEIGHTS"
+
+_CHECKPOINT_SHA = "__checkpoint_sha256__"  # the .pt the arrays were read from
+_ARRAYS_SHA = "__arrays_sha256__"  # the arrays themselves (`_arrays_digest`)
+
+
+def numpy_weights_path(path: str | os.PathLike) -> Path:
+    """The ``.npz`` beside the checkpoint ``path``."""
+    return Path(path).with_suffix(".npz")
+
+
+def _arrays_digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        a = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}|{a.dtype.str}|{a.shape}\n".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def save_numpy_weights(path: str | os.PathLike) -> Path:
+    """Write the ``.npz`` twin of the checkpoint ``path``: its state dict as arrays of the same dtype.
+
+    The file also records the SHA-256 of ``path`` (a later ``.pt`` makes it stale) and of its own
+    arrays (an edited or corrupt array is refused), both checked by `load_numpy_weights`.
+
+    Returns
+    -------
+    pathlib.Path
+        The ``.npz``.
+    """
+    import torch
+
+    path = Path(path)
+    data = path.read_bytes()
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    arrays = {key: value.detach().cpu().numpy() for key, value in state.items()}
+    buf = io.BytesIO()
+    np.savez(buf, **arrays, **{_CHECKPOINT_SHA: np.array(hashlib.sha256(data).hexdigest()),
+                               _ARRAYS_SHA: np.array(_arrays_digest(arrays))})
+    out = numpy_weights_path(path)
+    atomic_write_bytes(out, buf.getvalue())
+    return out
+
+
+def _check_arrays(arrays: dict[str, np.ndarray], shapes_of: Callable, meta: dict[str, Any], kind: str, where: Path) -> None:
+    try:
+        shapes = shapes_of(meta["model_config"])
+    except (KeyError, TypeError, ValueError) as exc:  # a config the architecture does not take
+        raise CheckpointError(f"{where}: the weights do not fit the recorded {kind}-policy architecture: {_one_line(exc)}") from None
+    if set(arrays) != set(shapes):
+        missing, extra = sorted(set(shapes) - set(arrays)), sorted(set(arrays) - set(shapes))
+        raise CheckpointError(f"{where}: the weights do not fit the recorded {kind}-policy architecture (missing {missing[:3]}, unexpected {extra[:3]})")
+    for key, shape in shapes.items():
+        a = arrays[key]
+        if a.dtype != np.float32 or a.shape != tuple(shape):
+            raise CheckpointError(f"{where}: weight {key} is {a.dtype}{list(a.shape)}, expected float32{list(shape)}")
+
+
+def load_numpy_weights(path: str | os.PathLike, *, kind: str, layout: dict[str, Any],
+                       shapes: Callable[[dict[str, int]], dict[str, tuple[int, ...]]]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The weights of the checkpoint ``path`` from its ``.npz``, verified, without torch.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``.pt`` file (its ``.json`` and ``.npz`` beside it).
+    kind : str
+    layout : dict
+        The feature layout this code computes (checked against the metadata, as `load_checkpoint`).
+    shapes : callable
+        ``shapes(model_config) -> {name: shape}``: every weight the architecture has (raising
+        KeyError, TypeError or ValueError for a config it does not take).
+
+    Returns
+    -------
+    arrays : dict of str to float32 numpy array
+    meta : dict
+
+    Raises
+    ------
+    CheckpointError
+        As `read_metadata`; no ``.npz``; one ``np.load(allow_pickle=False)`` rejects; one made from
+        another ``.pt`` than the one there (stale) or whose arrays differ from those it recorded
+        (tampered, corrupt); keys or shapes other than the architecture's.
+    """
+    path = Path(path)
+    meta = read_metadata(path, kind=kind, layout=layout)
+    npz = numpy_weights_path(path)
+    if not npz.is_file():
+        raise CheckpointError(f"policy checkpoint {path} has no numpy weights {npz.name} beside it")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != meta.get("weights_sha256"):
+        raise CheckpointError(f"{path} is corrupt or was replaced: its SHA-256 {digest[:12]}... differs from the recorded "
+                              f"{str(meta.get('weights_sha256'))[:12]}...")
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            arrays = {key: z[key] for key in z.files}
+    except Exception as exc:  # noqa: BLE001 - zipfile, numpy and OS errors alike mean an unreadable file
+        raise CheckpointError(f"{npz} cannot be read as numpy weights: {_one_line(exc)}") from None
+    recorded = [str(arrays.pop(key, "")) for key in (_CHECKPOINT_SHA, _ARRAYS_SHA)]
+    if recorded[0] != digest:
+        raise CheckpointError(f"{npz} is stale: made from a checkpoint with SHA-256 {recorded[0][:12]}..., not {path.name}'s {digest[:12]}...")
+    if recorded[1] != _arrays_digest(arrays):
+        raise CheckpointError(f"{npz} is corrupt or was edited: its arrays differ from those it recorded")
+    _check_arrays(arrays, shapes, meta, kind, npz)
+    return arrays, meta
+
+
+def load_weight_arrays(path: str | os.PathLike, *, kind: str, layout: dict[str, Any],
+                       shapes: Callable[[dict[str, int]], dict[str, tuple[int, ...]]]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A checkpoint's weights as numpy arrays: from its ``.npz`` when that is valid, else via torch.
+
+    A missing ``.npz`` (or `NO_NPZ_ENV` set) falls back to ``torch.load`` of the ``.pt`` quietly, a
+    refused one with a warning; both give bitwise the same arrays. Arguments as `load_numpy_weights`.
+
+    Raises
+    ------
+    CheckpointError
+        When the ``.pt`` path fails too (see `load_checkpoint`), or its weights do not fit ``shapes``.
+    """
+    path = Path(path)
+    if os.environ.get(NO_NPZ_ENV, "") in ("", "0") and numpy_weights_path(path).is_file():
+        try:
+            return load_numpy_weights(path, kind=kind, layout=layout, shapes=shapes)
+        except CheckpointError as exc:
+            log.warning("%s; reading the weights with torch instead", exc)
+    state, meta = _load_state(path, kind=kind, layout=layout)
+    arrays = {key: value.detach().cpu().numpy() for key, value in state.items()}
+    _check_arrays(arrays, shapes, meta, kind, path)
+    return arrays, meta

@@ -4,6 +4,8 @@ The first arrow of the RL pre-scheduler: graph -> tensors that a `GraphEncoder` 
 feature is normalised by a quantity of the same graph (a mean, a total, the depth) or squashed with
 log1p, so one model serves graphs of 20 to 10,000 nodes and K = 2..16 slots (stages or devices).
 The layout is fixed (`NODE_FEATURES`, `EDGE_FEATURES`); changing it breaks shipped checkpoints.
+Each feature set exists as numpy arrays (``*_array``, what torch-free inference reads) and as the
+torch tensors training reads (the same values, ``torch.from_numpy``); torch is imported only there.
 """
 
 from __future__ import annotations
@@ -11,16 +13,23 @@ from __future__ import annotations
 import math
 import zlib
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from ..graph.cost_model import DEFAULT_KIND
 from ..graph import CompGraph
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "node_features",
     "edge_features",
     "edge_index",
+    "node_feature_array",
+    "edge_feature_array",
+    "edge_index_array",
     "NODE_FEATURES",
     "EDGE_FEATURES",
     "N_OP_BUCKETS",
@@ -91,7 +100,14 @@ def _share(values: np.ndarray, total: float) -> np.ndarray:
     return np.zeros_like(values, dtype=np.float64) if total <= 0 else np.asarray(values, dtype=np.float64) / total
 
 
-def node_features(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -> torch.Tensor:
+def node_features(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -> "torch.Tensor":
+    """`node_feature_array` as a torch tensor (what training reads)."""
+    import torch
+
+    return torch.from_numpy(node_feature_array(graph, n_slots=n_slots, kind=kind))
+
+
+def node_feature_array(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -> np.ndarray:
     """Per-node structure features, shape ``[n_nodes, N_NODE_FEATURES]`` (float32).
 
     Columns are `NODE_FEATURES` followed by a one-hot of `op_bucket` over `N_OP_BUCKETS`.
@@ -108,7 +124,7 @@ def node_features(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -
 
     Returns
     -------
-    torch.Tensor
+    float32 numpy array
         Finite values, mostly in [0, ~10].
 
     Raises
@@ -119,7 +135,7 @@ def node_features(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -
     Examples
     --------
     >>> g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
-    >>> tuple(node_features(g, n_slots=2).shape) == (2, N_NODE_FEATURES)
+    >>> node_feature_array(g, n_slots=2).shape == (2, N_NODE_FEATURES)
     True
     """
     if isinstance(n_slots, bool) or int(n_slots) != n_slots or n_slots < 1:
@@ -127,7 +143,7 @@ def node_features(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -
     n, K = graph.n_nodes, int(n_slots)
     cols: list[np.ndarray] = []
     if n == 0:
-        return torch.zeros((0, N_NODE_FEATURES), dtype=torch.float32)
+        return np.zeros((0, N_NODE_FEATURES), dtype=np.float32)
     # A node's weights as it brings them to a stage alone: its own and every shared weight it reads
     # (`CompGraph.node_weight_bytes`). A proxy where two readers share a stage (the weight is held
     # once there); without shared weights it is ``param_bytes``, the features the policy was trained on.
@@ -184,10 +200,17 @@ def node_features(graph: CompGraph, *, n_slots: int, kind: str = DEFAULT_KIND) -
     x = np.concatenate([numeric, onehot], axis=1)
     # Costs are validated finite and non-negative, so any non-finite value here is a bug upstream.
     assert np.all(np.isfinite(x)), "node features must be finite"
-    return torch.from_numpy(x.astype(np.float32))
+    return x.astype(np.float32)
 
 
-def edge_features(graph: CompGraph) -> torch.Tensor:
+def edge_features(graph: CompGraph) -> "torch.Tensor":
+    """`edge_feature_array` as a torch tensor (what training reads)."""
+    import torch
+
+    return torch.from_numpy(edge_feature_array(graph))
+
+
+def edge_feature_array(graph: CompGraph) -> np.ndarray:
     """Per-edge features, shape ``[n_edges, N_EDGE_FEATURES]`` (float32), columns `EDGE_FEATURES`.
 
     Parameters
@@ -196,22 +219,29 @@ def edge_features(graph: CompGraph) -> torch.Tensor:
         The graph.
     Returns
     -------
-    torch.Tensor
+    float32 numpy array
     """
     m = graph.n_edges
     if m == 0:
-        return torch.zeros((0, N_EDGE_FEATURES), dtype=torch.float32)
+        return np.zeros((0, N_EDGE_FEATURES), dtype=np.float32)
     b = graph.edge_bytes.astype(np.float64)
     top = float(b.max())
     share = b / top if top > 0 else np.zeros(m)
     asap = graph.asap_level
     span = (asap[graph.dst] - asap[graph.src]).astype(np.float64) / max(graph.depth, 1)
     e = np.stack([_rel(b), (b > 0).astype(np.float64), share, span], axis=1)
-    return torch.from_numpy(e.astype(np.float32))
+    return e.astype(np.float32)
 
 
-def edge_index(graph: CompGraph) -> torch.Tensor:
-    """Edges as a ``[2, n_edges]`` LongTensor (row 0 sources, row 1 targets), in the graph's edge order.
+def edge_index(graph: CompGraph) -> "torch.Tensor":
+    """`edge_index_array` as a torch LongTensor (what training reads)."""
+    import torch
+
+    return torch.from_numpy(edge_index_array(graph))
+
+
+def edge_index_array(graph: CompGraph) -> np.ndarray:
+    """Edges as a ``[2, n_edges]`` int64 array (row 0 sources, row 1 targets), in the graph's edge order.
 
     Parameters
     ----------
@@ -219,6 +249,6 @@ def edge_index(graph: CompGraph) -> torch.Tensor:
 
     Returns
     -------
-    torch.Tensor
+    numpy.ndarray
     """
-    return torch.from_numpy(np.stack([graph.src, graph.dst]).astype(np.int64))
+    return np.stack([graph.src, graph.dst]).astype(np.int64)
