@@ -1,28 +1,10 @@
-"""The learned stage pre-scheduler: a GNN that decodes one stage per node, in topological order.
+"""The learned stage pre-scheduler's torch model: a GNN that decodes one stage per node, in topological order.
 
-Pipeline position: `StageProblem` -> (this) -> incumbent stages + per-node confidence -> the
-relaxation step, which sizes each node's window from its confidence. The graph is embedded once by
-`GraphEncoder`; then nodes are decoded one by one in the graph's topological order. Each node's
-stage distribution comes from a small head that reads the node's embedding together with the
-*running state* of the decoding (every stage's load so far against the even share, the peak so
-far, the edges each choice would cross ...), and is masked to stages >= every predecessor's
-stage, so precedence holds by construction. The decode order is a depth-first topological order
-(`depth_first_order`), which keeps the branches of a block together. The same state features are computed for a whole
-trajectory at once (`trajectory_states`) to train by teacher forcing and policy gradient.
-
-Three pre-schedulers (each ``f(problem, seed) -> stages``), from the policy alone to the policy
-plus an exact split:
-- `preschedule_policy`: the greedy decode, nothing else;
-- `preschedule_sampled` ("rl"): the best of the greedy decode and 16 to 64 seeded samples at
-  temperature 0.5 (`default_samples`; all decoded in one compiled pass, `stage_kernel`), picked
-  by the evaluator: still only the policy's own assignments;
-- `preschedule` ("rl+dp", what `solve()` uses): those candidates re-cut exactly along the order the
-  policy chose (stage, then topological position) by the contiguous-run dynamic program of
-  `incsched.baselines.stage`. The cut only moves boundaries within the policy's own order, never
-  falls back to another heuristic's order, and is kept only when the evaluator scores it no worse.
-`preschedule_with_fallback` ("rl+fallback") also takes DeepSpeed's contiguous split when that is
-better, and says so. They run without torch, in `stage_decoder`; this module holds the torch model
-that training learns, its checkpoints, and re-exports them.
+What the policy is, how it decodes and the pre-schedulers built on it (``preschedule_policy``,
+``preschedule_sampled`` "rl", ``preschedule`` "rl+dp", ``preschedule_with_fallback``) are described
+in `stage_decoder`, which runs them without torch. This module holds the torch model that training
+learns (`StagePolicy`, same decoder, same weights), its checkpoints, and re-exports the
+pre-schedulers.
 """
 
 from __future__ import annotations
