@@ -49,7 +49,10 @@ PER_WINDOW = 1.0
 WINDOW_OVERHEAD = 0.015
 
 #: One window may take this many times an even split of the budget left over the windows left.
-FAIR_SHARES = 4.0
+#: Uncapped, a few hard windows spent a 6-s budget on 22 of 168 (chained matmul 15x2, 4 devices:
+#: window bound 512,079; at 4 or 8 shares 595,666, at 16 593,661); at 4 shares, a 0.3-s budget on
+#: chained matmul 8x2, 8 devices starved every window (549,970 against 585,464 at 8 or uncapped).
+FAIR_SHARES = 8.0
 
 
 def _costs(problem: PlacementProblem) -> tuple[list[int], list[int]]:
@@ -182,8 +185,7 @@ def window_heads(
             info["cache_hits"] += 1
             value = cache[key]
         else:
-            # A fair share of what is left (FAIR_SHARES of it at most): a few hard windows at
-            # `per_window` each spent the budget on the first tenth of the nodes.
+            # At most FAIR_SHARES even splits of what is left: the pass reaches the last nodes.
             fair = FAIR_SHARES * (budget - spent()) / (left_to_visit + 1)
             value, proven, capped, used = _window_start(
                 dur, rel, edges, min(D, len(nodes)), _window_settings(settings, min(per_window, fair, budget - spent()), clock))
