@@ -290,3 +290,34 @@ def test_cpsat_bound_reproducible():
     assert ia["reproducible"] and ib["reproducible"]
     assert a == b and ia["families"] == ib["families"]
     assert a > placement_lower_bound(p) >= p.lower_bound_ticks()
+
+
+@given(scheduled(max_nodes=8, max_devices=3), st.sampled_from([0.0, 0.02, 0.05]))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_window_heads_cut_by_their_budget_hold_in_any_schedule(case, budget):
+    # A pass whose budget runs out still raises the nodes it skips (along their inputs): still valid.
+    from incsched.solvers.cpsat.placement_bounds import window_heads
+
+    p, sched = case
+    s = SolverSettings(time_limit=1.0)
+    head, _ = window_heads(p, s, transfer_heads(p), max_nodes=4, budget=budget)
+    tail, _ = window_heads(p, s, transfer_tails(p), forward=False, max_nodes=4, budget=budget)
+    assert_heads_hold(p, sched, head, tail)
+
+
+def test_window_raises_reach_the_nodes_a_cut_budget_skips():
+    # Chained matmul 4x2 on 4 devices: a budget of 14 of 36 windows raised the first nodes and
+    # left 6 later heads at their transfer heads, below their raised inputs' ends (issue 25: the
+    # 60-s bound of chain15x2_d4 stayed at the combinatorial families').
+    from incsched.generators import bandwidth_for_comm_ratio, chained_matmul
+    from incsched.solvers.cpsat.placement_bounds import window_heads
+
+    g = chained_matmul(n_matrices=4, tiles=2, jitter=0.1, seed=1008)
+    p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0))
+    dmin = p.durations().min(axis=1).astype(int).tolist()
+    for forward, start in ((True, transfer_heads(p)), (False, transfer_tails(p))):
+        head, info = window_heads(p, SolverSettings(time_limit=0.2), start, forward=forward)
+        assert info["skipped"] > 0 and info["windows"] > 0, info
+        src, dst = (p.graph.src, p.graph.dst) if forward else (p.graph.dst, p.graph.src)
+        for u, v in zip(src.tolist(), dst.tolist()):
+            assert head[v] >= head[u] + dmin[u], (forward, u, v)

@@ -112,6 +112,11 @@ class Tuning:
     # ------------------------------------------------------------------ placement (placement.py)
     #: Share the CP-SAT window bounds may spend (they take 1-10 s on 100-400 ops).
     placement_bound_share: float = 0.1
+    #: Where the clock is the budget, the window bounds may take this many times their share in
+    #: wall seconds: their deterministic seconds passed 2.5-3.5 times slower than wall seconds under
+    #: a load of 2-3 (chained matmul 15x2, 4 devices: 6 of them took 15-20 s), and a cap at the
+    #: share itself left 3/4 of the windows unbuilt and the bound at the combinatorial families'.
+    placement_bound_wall_factor: float = 2.5
     #: Exact window bounds raise heads by energy first on problems of at most this many nodes
     #: (about 2 s at 500; a 10,000-op graph would take a quarter of an hour).
     placement_energetic_max_nodes: int = 500
