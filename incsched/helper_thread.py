@@ -15,7 +15,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
-__all__ = ["Abandoned", "Background", "run_in_helper"]
+__all__ = ["Abandoned", "run_in_helper"]
 
 #: How often the waiting main thread asks ``should_stop``, in seconds.
 POLL_SECONDS = 0.02
@@ -39,41 +39,21 @@ def run_in_helper(step: Callable[[], Any], name: str, should_stop: Callable[[], 
     Raises `Abandoned` when ``should_stop()`` turns true first, and KeyboardInterrupt on Ctrl-C;
     either way the step goes on in the background.
     """
-    return Background(step, name).wait(should_stop)
+    outcome: dict = {}
 
+    def run() -> None:
+        try:
+            outcome["value"] = step()
+        except BaseException as exc:  # handed to the waiting thread, as if raised there
+            outcome["error"] = exc
 
-class Background:
-    """``step()`` started now in a helper thread, its answer taken later: `done`, `wait` (raising
-    `Abandoned` when ``should_stop()`` turns true first, or the step's own exception) and `cancel`,
-    the interface of `incsched.inc_ilp.policy_process.PolicyProcess`. A thread cannot be killed:
-    a cancelled step finishes in the background, as an abandoned `run_in_helper` step does."""
-
-    def __init__(self, step: Callable[[], Any], name: str):
-        self.name = name
-        self._outcome: dict = {}
-
-        def run() -> None:
-            try:
-                self._outcome["value"] = step()
-            except BaseException as exc:  # handed to `wait`
-                self._outcome["error"] = exc
-
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
-        _HELPERS.add(self._thread)
-        self._thread.start()
-
-    @property
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-    def wait(self, should_stop: Callable[[], Any] | None = None) -> Any:
-        while self._thread.is_alive():
-            self._thread.join(None if should_stop is None else POLL_SECONDS)  # a Ctrl-C raises here
-            if should_stop is not None and self._thread.is_alive() and should_stop():
-                raise Abandoned(self.name)
-        if "error" in self._outcome:
-            raise self._outcome["error"]
-        return self._outcome["value"]
-
-    def cancel(self) -> None:
-        """Nothing to stop: the answer is simply not taken."""
+    helper = threading.Thread(target=run, name=name, daemon=True)
+    _HELPERS.add(helper)
+    helper.start()
+    while helper.is_alive():
+        helper.join(None if should_stop is None else POLL_SECONDS)  # a Ctrl-C raises here
+        if should_stop is not None and helper.is_alive() and should_stop():
+            raise Abandoned(name)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -223,8 +223,8 @@ def test_portfolio_says_which_incumbent_won():
     assert step["winner"] in step["scores"]
     if loaded:  # once loaded in the process, the policy always takes part
         assert "rl" in step["scores"]
-    else:  # 5 s is below the rule's limit for its first load: it decodes in the background
-        assert "rl" not in step["scores"] and "loading in the background" in step["note"]
+    else:  # 5 s is below the rule's limit for its first load: it decodes in a child process
+        assert "rl" not in step["scores"] and "loading in a child process" in step["note"]
 
 
 @pytest.mark.parametrize("bad", [dict(time_limit=float("nan")), dict(time_limit=0), dict(time_limit=-1),

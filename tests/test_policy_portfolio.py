@@ -58,10 +58,10 @@ for kw in json.loads(sys.argv[1]):
 
 #: The cold runs, in one fresh process (one start-up, not three), each checked cold before it runs.
 COLD_RUNS = {
+    # below the rule's limit, above the background limit
+    "short": dict(time_limit=10, tuning={"policy_min_seconds": 100}),
     "work_bounded": dict(time_limit=30, work_limit=0.3, tuning={"policy_min_seconds": 100}),
     "below_background": dict(time_limit=2, tuning={"policy_background_min_seconds": 2.5}),
-    # below the rule's limit, above the background limit; last: its background load stays in the process
-    "short": dict(time_limit=10, tuning={"policy_min_seconds": 100}),
 }
 
 
@@ -78,38 +78,11 @@ def cold() -> dict:
 
 @pytest.mark.long
 @pytest.mark.slow
-def test_cold_and_short_the_policy_loads_in_the_background_and_the_run_says_it_may_not_repeat(cold):
+def test_cold_and_short_the_policy_loads_in_a_child_process_and_the_run_says_it_may_not_repeat(cold):
     out = cold["short"]
     notes = [s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent"]
-    assert any("loading in the background" in n for n in notes)
+    assert any("loading in a child process" in n for n in notes)
     assert out["reproducible"] is False  # whether the policy arrived in time depends on the machine
-
-
-def test_the_background_step_answers_fails_or_is_abandoned_like_the_child():
-    import threading
-
-    from incsched.helper_thread import Abandoned, Background
-
-    assert Background(lambda: 42, "answer").wait() == 42
-    with pytest.raises(ValueError, match="bad"):
-        Background(lambda: (_ for _ in ()).throw(ValueError("bad")), "fails").wait()
-    release = threading.Event()
-    slow = Background(lambda: release.wait(5.0), "slow")
-    assert not slow.done
-    with pytest.raises(Abandoned):
-        slow.wait(should_stop=lambda: True)
-    slow.cancel()
-    release.set()
-    assert slow.wait() is True and slow.done
-
-
-def test_weights_that_need_torch_load_in_a_child_process_not_a_thread(monkeypatch, tmp_path):
-    from incsched.policy.checkpoint import MODELS_DIR, NO_NPZ_ENV, loads_without_torch
-
-    assert loads_without_torch(MODELS_DIR / "placement_policy.pt") and loads_without_torch(MODELS_DIR / "stage_policy.pt")
-    assert not loads_without_torch(tmp_path / "mine.pt")  # no .npz beside it
-    monkeypatch.setenv(NO_NPZ_ENV, "1")
-    assert not loads_without_torch(MODELS_DIR / "placement_policy.pt")
 
 
 class _Offer:
@@ -140,8 +113,8 @@ def test_an_answer_offered_later_is_taken_when_it_has_arrived():
     assert ctx.best_phase == "preschedule:round_robin"  # not arrived yet: nothing taken
     late.done = True
     ctx.settings(1.0)  # every search first takes what has arrived
-    assert ctx.best_phase == "preschedule:rl (background)" and ctx.best_value == make_check(p)(heft(p))
-    assert any(s.get("note") == "arrived from the background within the clock" for s in ctx.steps)
+    assert ctx.best_phase == "preschedule:rl (child process)" and ctx.best_value == make_check(p)(heft(p))
+    assert any(s.get("note") == "arrived from its child process within the clock" for s in ctx.steps)
     pending = _Offer(heft(p), done=False)
     ctx.offer_later("rl", pending)
     ctx.cancel_later()

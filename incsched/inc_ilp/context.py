@@ -191,7 +191,7 @@ class Context:
         share of the time limit.
         """
         self._arm_clock()
-        self.collect()  # an answer that arrived from the background becomes the hint of this search
+        self.collect()  # an answer that arrived from a child process becomes the hint of this search
         cap = self.work_left() if work is None else min(work, self.work_left())
         wall = max(self.wall_left(), 1e-3)
         if wall_share is not None and self.clock_is_budget:
@@ -271,15 +271,16 @@ class Context:
             self._take_later(name, step, self.stopped)
 
     def collect_late(self) -> None:
-        """Wait for an answer still coming from the background into the clock's tolerance.
+        """Wait for an answer still coming from a child process into the clock's tolerance.
 
         A run may end up to 5% + 1 s past its time limit (the clock's contract), and the policy
-        alone may take that much of it cold. Measured when its load meant torch's import: ``rl`` at
-        5 s ended at 4.4-5.9 s, the child process here needed about 5 s, and a 5-s inc-ilp that
-        stopped at its limit was worse than ``rl`` on all three never_worse graphs. Without torch
-        (a helper thread, about 0.5-1 s) and with this wait, ``benchmarks/never_worse.py --limits
-        1 2 5`` found inc-ilp worse than ``rl`` nowhere, cold or warm (load 2.7-4.2). It waits until
-        ``1.05 * time_limit + 1`` less `LATE_MARGIN_SECONDS`, never after Ctrl-C or a callback's stop.
+        alone takes that much of it cold: loading it in its own process (``rl`` at 5 s) ended at
+        4.4-5.9 s on 2 quiet cores, while its child process here needs about 5 s from its start
+        (torch's import, 3 s of it, then the decoder's compile), so a 5-s inc-ilp that stopped at its
+        limit was worse than ``rl`` on all three never_worse graphs (with this wait it equalled ``rl``
+        on two; on the chained matmul the child missed even this deadline in one run of two). It waits
+        until ``1.05 * time_limit + 1`` less `LATE_MARGIN_SECONDS`, never after Ctrl-C or a
+        callback's stop.
         """
         if not self._later or self.stop.reason not in (None, "time"):
             return
@@ -298,8 +299,8 @@ class Context:
             self.fail(name, str(exc))
             return
         value = self.check(answer)
-        self.improve(answer, value, f"preschedule:{name} (background)")
-        self.record("incumbent", prescheduler=name, scores={name: value}, note="arrived from the background within the clock")
+        self.improve(answer, value, f"preschedule:{name} (child process)")
+        self.record("incumbent", prescheduler=name, scores={name: value}, note="arrived from its child process within the clock")
 
     def fail(self, name: str, reason: str) -> None:
         """Pre-scheduler ``name`` gave no answer (its greedy choices broke a hard constraint)."""

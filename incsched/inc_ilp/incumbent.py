@@ -14,8 +14,7 @@ from typing import Callable
 from ..baselines.placement import PLACEMENT_BASELINES, local_search
 from ..baselines.stage import STAGE_BASELINES
 from ..errors import PlacementInfeasibleError, UnknownNameError
-from ..helper_thread import Abandoned, Background, run_in_helper
-from ..policy.checkpoint import MODELS_DIR, loads_without_torch
+from ..helper_thread import Abandoned, run_in_helper
 from .context import Context
 from .policy_process import PolicyProcess
 
@@ -84,12 +83,12 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     (`Tuning.policy_min_seconds`), it always takes part: a rule on the limit, so the run repeats
     (not loaded, it loads here, after the baselines, so that a load slower than the clock leaves
     their answers; once loaded, every later run of the process has it at a decode's cost).
-    Otherwise, unless a work limit asks for a run that repeats, it loads and decodes in the
-    background while the baselines and the search run (`Context.offer_later`), and joins when its
+    Otherwise, unless a work limit asks for a run that repeats, it loads and decodes in a child
+    process (`PolicyProcess`: a load here cannot be cut short, and a process that exits while
+    torch is still importing aborts) while the
+    baselines and the search run (`Context.offer_later`), and joins when its
     answer arrives within the clock; whether it did depends on the machine, so such a run is not
-    reproducible (and says so). In the background means a helper thread (`Background`) when the
-    weights load without torch (numba's import and the cached decoder: about 0.5-1 s), else a child
-    process (`PolicyProcess`: a process that exits while torch is still importing aborts). Either way inc-ilp is never worse than the policy alone at the same
+    reproducible (and says so). Either way inc-ilp is never worse than the policy alone at the same
     limit. The log says which candidate won and what each scored.
     """
     table = STAGE_PRESCHEDULERS if kind == "stage" else PLACEMENT_PRESCHEDULERS
@@ -108,10 +107,7 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
                      f"{ctx.time_limit:g} s, and a work-bounded run takes part by rule, not by the clock")
     elif policy and ctx.time_limit < t.policy_background_min_seconds:
         notes.append(f"learned policy left out: not loaded in this process, and its first load takes longer than time_limit {ctx.time_limit:g} s")
-    elif policy and affordable_policy and loads_without_torch(MODELS_DIR / f"{kind}_policy.pt"):
-        ctx.offer_later("rl", Background(lambda: table["rl"](ctx.problem, ctx.seed), "incsched policy (background)"))
-        notes.append("learned policy loading in the background: it joins if its answer arrives within the clock")
-    elif policy and affordable_policy:  # its weights need torch, whose import must not be left running at exit
+    elif policy and affordable_policy:
         ctx.offer_later("rl", PolicyProcess(kind, ctx.problem, ctx.seed))
         notes.append("learned policy loading in a child process: it joins if its answer arrives within the clock")
     affordable = [name for name in names if cost.get(name, 0.0) * n_nodes <= t.portfolio_share * ctx.time_limit]

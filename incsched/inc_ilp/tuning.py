@@ -47,16 +47,13 @@ class Tuning:
     probing_max_nodes: int = 500
 
     # ------------------------------------------------------------------ the portfolio (incumbent.py)
-    #: Time limits below this leave the learned policy out of the in-process portfolio: its first
-    #: use in a process imports numba and loads (or, on a fresh install, compiles) its decoder; it
-    #: was set when that also meant importing torch (2.2-2.8 s on a 2-core machine, cold).
+    #: Time limits below this leave the learned policy out of the portfolio: its first use in a
+    #: process imports torch and compiles its decoder (2.2-2.8 s on a 2-core machine, cold).
     policy_min_seconds: float = 8.0
-    #: Below `policy_min_seconds`, a policy not yet loaded in the process decodes in the background
-    #: (a helper thread; a child process where its weights need torch) and joins if its answer
-    #: arrives within the clock; below this limit it cannot arrive (without torch the thread
-    #: answers in about 0.5-1 s, a child process in 2.0-2.3 s at load 2.5 on a 116-op graph, 4.1 s
-    #: with torch), and it would only compete with the search.
-    policy_background_min_seconds: float = 1.0
+    #: Below `policy_min_seconds`, a policy not yet loaded in the process decodes in a child process
+    #: and joins if its answer arrives within the clock; below this limit it cannot arrive (torch's
+    #: import alone is 2.2-2.8 s cold), and the child would only compete with the search.
+    policy_background_min_seconds: float = 3.0
     #: The stage portfolio (every baseline takes milliseconds to a second on 1,000 nodes).
     stage_portfolio: tuple[str, ...] = ("contiguous_params", "contiguous_compute", "pipedream_dp", "dp_local_search", "asap", "alap")
     #: The placement portfolio: the two list schedulers ...

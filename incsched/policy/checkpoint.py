@@ -47,7 +47,6 @@ __all__ = [
     "load_numpy_weights",
     "load_weight_arrays",
     "numpy_weights_path",
-    "loads_without_torch",
     "MODELS_DIR",
     "NO_NPZ_ENV",
 ]
@@ -430,12 +429,6 @@ def load_numpy_weights(path: str | os.PathLike, *, kind: str, layout: dict[str, 
     return arrays, meta
 
 
-def loads_without_torch(path: str | os.PathLike) -> bool:
-    """Whether `load_weight_arrays` will read ``path``'s weights from its ``.npz`` (no torch import),
-    as far as can be told without reading it: the file is there and `NO_NPZ_ENV` is not set."""
-    return os.environ.get(NO_NPZ_ENV, "") in ("", "0") and numpy_weights_path(path).is_file()
-
-
 def load_weight_arrays(path: str | os.PathLike, *, kind: str, layout: dict[str, Any],
                        shapes: Callable[[dict[str, int]], dict[str, tuple[int, ...]]]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """A checkpoint's weights as numpy arrays: from its ``.npz`` when that is valid, else via torch.
@@ -449,7 +442,7 @@ def load_weight_arrays(path: str | os.PathLike, *, kind: str, layout: dict[str, 
         When the ``.pt`` path fails too (see `load_checkpoint`), or its weights do not fit ``shapes``.
     """
     path = Path(path)
-    if loads_without_torch(path):
+    if os.environ.get(NO_NPZ_ENV, "") in ("", "0") and numpy_weights_path(path).is_file():
         try:
             return load_numpy_weights(path, kind=kind, layout=layout, shapes=shapes)
         except CheckpointError as exc:
