@@ -48,11 +48,12 @@ class Tuning:
 
     # ------------------------------------------------------------------ the portfolio (incumbent.py)
     #: Time limits below this leave the learned policy out of the portfolio: its first use in a
-    #: process imports torch and compiles its decoder (2.2-2.8 s on a 2-core machine, cold).
+    #: process imports numba and loads its decoder (0.5-1 s), or compiles it once after install
+    #: (8.6 s measured); set when that also meant torch's import (2.2-2.8 s on 2 cores, cold).
     policy_min_seconds: float = 8.0
     #: Below `policy_min_seconds`, a policy not yet loaded in the process decodes in a child process
-    #: and joins if its answer arrives within the clock; below this limit it cannot arrive (torch's
-    #: import alone is 2.2-2.8 s cold), and the child would only compete with the search.
+    #: and joins if its answer arrives within the clock; below this limit it cannot arrive (the
+    #: child answered in 1.7-2.3 s at load 1.5-2.5, without torch), and would only compete.
     policy_background_min_seconds: float = 3.0
     #: The stage portfolio (every baseline takes milliseconds to a second on 1,000 nodes).
     stage_portfolio: tuple[str, ...] = ("contiguous_params", "contiguous_compute", "pipedream_dp", "dp_local_search", "asap", "alap")
