@@ -21,7 +21,9 @@ from incsched.solvers import SolverSettings
 from incsched.solvers.cpsat.stage import solve_stage
 from incsched.solvers.milp.stage import solve_stage_milp
 
-FAST = SolverSettings(time_limit=10.0, deterministic=True)
+# Each of these proofs takes milliseconds; the limit only matters on a starved machine, where CBC
+# (wall clock) once stopped on time with its answer unproven (CI, load unknown).
+FAST = SolverSettings(time_limit=60.0, deterministic=True)
 
 
 def brute_force(problem: StageProblem):
@@ -86,7 +88,8 @@ def test_cpsat_milp_and_inc_ilp_prove_the_brute_force_step(problem):
     if best is None:
         assert cpsat.status == milp.status == r.status == "infeasible"
         return
-    assert cpsat.status == milp.status == r.status == "optimal", (milp.info, r.reason)
+    statuses = {"cpsat": cpsat.status, "milp": milp.status, "inc-ilp": r.status}
+    assert set(statuses.values()) == {"optimal"}, (statuses, milp.info, r.stop_reason)
     assert cpsat.objective == milp.objective == r.objective == r.lower_bound == best
     v = training.parse_schedule(problem.schedule)[1]
     for stages in (cpsat.assignment, milp.assignment, r.stages):

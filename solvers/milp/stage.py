@@ -122,6 +122,8 @@ def solve_stage_milp(
         reported = pulp.value(prob.objective) or 0.0
         objective = exact_number(unit * cost)
         status = "optimal" if sol == pulp.LpSolutionOptimal else "feasible"
+        if status == "feasible":  # PuLP reads CBC's "Stopped on time - objective value" as Optimal/IntegerFeasible
+            info["reason"] = f"{backend} stopped before its proof (time limit {settings.time_limit:g} s, wall clock)"
         if status == "optimal" and abs(reported - cost) > 0.5:
             # The solver's tolerances (a binary at 1e-7 times a byte count) moved its objective off
             # what the rounded assignment costs: its proof is not about this assignment.
