@@ -15,6 +15,7 @@ from ..baselines.placement import PLACEMENT_BASELINES, local_search
 from ..baselines.stage import STAGE_BASELINES
 from ..errors import PlacementInfeasibleError, UnknownNameError
 from ..helper_thread import Abandoned, run_in_helper
+from ..policy.warm import loads_quickly
 from .context import Context
 from .policy_process import PolicyProcess
 
@@ -83,7 +84,9 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     (`Tuning.policy_min_seconds`), it always takes part: a rule on the limit, so the run repeats
     (not loaded, it loads here, after the baselines, so that a load slower than the clock leaves
     their answers; once loaded, every later run of the process has it at a decode's cost).
-    Otherwise, unless a work limit asks for a run that repeats, it loads and decodes in a child
+    Otherwise, unless a work limit asks for a run that repeats, it loads here when that is quick
+    (`policy.warm.loads_quickly`: ``.npz`` weights and the decoder in numba's cache, about a second;
+    from `Tuning.policy_quick_min_seconds`), or else decodes in a child
     process (`PolicyProcess`: a load here cannot be cut short, and a process that exits while
     torch is still importing aborts) while the
     baselines and the search run (`Context.offer_later`), and joins when its
@@ -102,6 +105,9 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
     affordable_policy = cost.get("rl", 0.0) * n_nodes <= t.portfolio_share * ctx.time_limit
     if policy and (ctx.time_limit >= t.policy_min_seconds or policy_loaded(kind)):
         names.insert(0, "rl")
+    elif policy and ctx.work_limit is None and affordable_policy and ctx.time_limit >= t.policy_quick_min_seconds and loads_quickly(kind):
+        names.insert(0, "rl")  # loads here in about a second, on the clock, and stays for the process's later runs
+        notes.append("learned policy loading in this process: its weights need no torch and its decoder is compiled")
     elif policy and ctx.work_limit is not None:
         notes.append(f"learned policy left out: its first load may take {t.policy_min_seconds:g} s, more than time_limit "
                      f"{ctx.time_limit:g} s, and a work-bounded run takes part by rule, not by the clock")

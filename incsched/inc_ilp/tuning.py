@@ -55,6 +55,11 @@ class Tuning:
     #: and joins if its answer arrives within the clock; below this limit it cannot arrive (the
     #: child answered in 1.7-2.3 s at load 1.5-2.5, without torch), and would only compete.
     policy_background_min_seconds: float = 3.0
+    #: Below `policy_min_seconds`, a policy that loads quickly (``.npz`` weights, its decoder in
+    #: numba's cache: 0.5-1 s) loads in this process from this limit up, instead of in a child:
+    #: at 2 s cold the child arrived too late in 3 of 18 runs (benchmarks/never_worse.py), while
+    #: ``rl`` alone, loading in-process, answered.
+    policy_quick_min_seconds: float = 1.0
     #: The stage portfolio (every baseline takes milliseconds to a second on 1,000 nodes).
     stage_portfolio: tuple[str, ...] = ("contiguous_params", "contiguous_compute", "pipedream_dp", "dp_local_search", "asap", "alap")
     #: The placement portfolio: the two list schedulers ...
