@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 
 import numpy as np
 import pytest
@@ -65,6 +67,12 @@ def every_bound(p: PlacementProblem) -> dict[str, int]:
             if x is None and y is None:
                 continue
             out[f"energy[{x},{y}]"] = energy_bound(p, head, tail, entry=x, exit_=y)
+    # Anchor sets: any set of nodes is valid (a device holding none of them uses anchored heads).
+    sets = [None] + [tuple(c) for k in (2, 3) for c in itertools.combinations(range(p.n_nodes), k)][:12]
+    for xs in sets:
+        for ys in sets:
+            if xs is not None or ys is not None:
+                out[f"energy[{xs},{ys}]"] = energy_bound(p, head, tail, entry=xs, exit_=ys)
     eh, et = energetic_heads(p, head), energetic_heads(p, tail, forward=False)
     assert all(a >= b for a, b in zip(eh, head)) and all(a >= b for a, b in zip(et, tail))
     out["energetic_path_only"] = path_bound(p, eh, et)
@@ -127,6 +135,41 @@ def test_energy_anchor_beats_plain_energy_on_a_wide_fork():
     assert out.status == "optimal"
     assert anchored <= out.objective
     assert_below(p, int(out.objective))
+
+
+def test_source_sets_charge_the_devices_that_start_with_a_transfer():
+    # Two inputs (1 tick) -> 12 independent nodes of 4 ticks -> two outputs; transfers 6 ticks; 4
+    # devices. Plain energy: 52 ticks of work on 4 devices. Two devices at most hold an input (and
+    # two an output): the other two start after a transfer and end before one.
+    n = 16
+    edges = [(v % 2, v) for v in range(2, 14)] + [(v, 14 + v % 2) for v in range(2, 14)]
+    p = make_problem(n, edges, [1, 1] + [4] * 12 + [1, 1], [60] * 14 + [0, 0], D=4)
+    head, tail = transfer_heads(p), transfer_tails(p)
+    plain = energy_bound(p, head, tail)
+    details = placement_bound_details(p)
+    assert details["source_energy"] == energy_bound(p, head, tail, entry=(0, 1), exit_=(14, 15)) > plain
+    out = solve_cpsat(p, EXACT)
+    assert out.status == "optimal"
+    assert details["bound"] <= out.objective
+    assert_below(p, int(out.objective))
+
+
+def test_anchor_cases_cover_every_way_to_hold_the_anchors():
+    from incsched.bounds.placement import _anchor_cases
+
+    assert _anchor_cases(4, 0, 0) == [(0, 0, 0, 4)]
+    assert _anchor_cases(5, 1, 1) == [(0, 1, 1, 3), (1, 0, 0, 4)]  # apart, or together (the single anchors' two cases)
+    assert _anchor_cases(5, 1, 1, same=True) == [(1, 0, 0, 4)]
+    assert _anchor_cases(4, 2, 0) == [(0, 1, 0, 3), (0, 2, 0, 2)]
+    for D, s, t in [(3, 2, 2), (4, 3, 2), (8, 3, 3), (2, 5, 1)]:
+        cases = _anchor_cases(D, s, t)
+        assert all(sum(c) == D and c[0] + c[1] <= s and c[0] + c[2] <= t and c[0] + c[1] >= 1 and c[0] + c[2] >= 1 for c in cases)
+        # every placement's split is dominated: same a and b, at most as many exit-only devices
+        for a in range(min(s, t, D) + 1):
+            for b in range(min(s, D) - a + 1):
+                for c in range(min(t, D) - a + 1):
+                    if a + b + c <= D and a + b >= 1 and a + c >= 1:
+                        assert any(x[0] == a and x[1] == b and x[2] >= c for x in cases), (D, s, t, a, b, c)
 
 
 def test_segment_sum_adds_segments():
@@ -229,6 +272,14 @@ def test_heads_and_tails_hold_in_any_schedule(case):
         hx, qx = anchored_heads(p, x, eh), anchored_tails(p, x, et)
         for v in range(p.n_nodes):
             if sched.device[v] != sched.device[x]:
+                assert int(sched.start[v]) >= hx[v]
+                assert int(sched.makespan) - int(sched.end[v]) >= qx[v]
+    # ... and for every node on a device that holds none of a set of anchors.
+    for xs in [tuple(c) for c in itertools.combinations(range(p.n_nodes), 2)][:10]:
+        hx, qx = anchored_heads(p, xs, eh), anchored_tails(p, xs, et)
+        held = {int(sched.device[x]) for x in xs}
+        for v in range(p.n_nodes):
+            if int(sched.device[v]) not in held:
                 assert int(sched.start[v]) >= hx[v]
                 assert int(sched.makespan) - int(sched.end[v]) >= qx[v]
     assert placement_lower_bound(p) <= sched.makespan

@@ -20,6 +20,9 @@ Families
     the windows the releases and tails leave; with *anchors* (a node x and a node y), a device
     other than x's only receives a descendant of x after a transfer (and symmetrically for y),
     which shrinks every window but x's (y's) own. This is what charges "using many devices".
+    With 2 to D - 1 sources (sinks), the set of them is an anchor too (``source_energy``): the
+    devices that hold no source start with a transfer (transformer layers with 2-3 input tiles on
+    4-8 devices: bound +6.6 to +11.1 %).
 `incsched.bounds.placement_flow.flow_bound`
     Every node keeps its own window per device class (no minima over sets), the devices other
     than the entry's can only do what the entry's device has fed them before the entry's output
@@ -54,6 +57,7 @@ from .placement_kinds import (
 )
 from .placement_heads import (  # noqa: F401  (re-exported: the families' shared ingredients)
     INF,
+    _anchor_sets,
     _anchors,
     _colocation_rule,
     _costs,
@@ -119,10 +123,11 @@ def energy_bound(
         Any devices and links.
     head, tail : list of int, optional
         `transfer_heads` / `transfer_tails` (computed when omitted).
-    entry : int, optional
+    entry : int or tuple of int, optional
         Anchor node x: nodes off x's device use `anchored_heads` (at least one transfer after x).
-    exit_ : int, optional
-        Anchor node y: nodes off y's device use `anchored_tails`.
+        A tuple (e.g. every source): nodes on a device holding none of them do.
+    exit_ : int or tuple of int, optional
+        Anchor node y (or a tuple): nodes off y's device use `anchored_tails`.
     max_thresholds : int, optional
         Most release thresholds tried (evenly spread over the distinct values); any subset of
         thresholds gives a valid bound, fewer are faster.
@@ -145,8 +150,11 @@ def energy_bound(
     durations) is at most sum_e max(0, T - alpha_e) with alpha_e = min_J h_e + min_J q_e. That sum
     is the largest over k of its k smallest-alpha terms without the max(0, .), so the least T
     allowed is min over k of ceil((P(J) + alpha_(1) + ... + alpha_(k)) / k). With y anchored the
-    two cases (y on δ or not) are both bounded and the smaller taken. Without anchors every device
-    uses the plain heads and tails (the classical P|r_j,q_j|Cmax energy bound).
+    two cases (y on δ or not) are both bounded and the smaller taken. Anchor sets (s entries, t
+    exits) generalise this: at most s devices hold an entry, the rest use anchored heads, and
+    every split of the devices into holding both, an entry, an exit or neither is a case
+    (`_anchor_cases`). Without anchors every device uses the plain heads and tails (the classical
+    P|r_j,q_j|Cmax energy bound).
     """
     n, D = problem.n_nodes, problem.n_devices
     if n == 0:
@@ -164,18 +172,8 @@ def energy_bound(
 
     # Device classes (heads, tails, count) per case; a case bound is the least T it allows, and
     # the set's bound the least over cases (the schedule is in one of them).
-    if entry is None and exit_ is None:
-        cases = [[(H, Q, D)]]
-    elif exit_ is None:
-        cases = [[(H, Q, 1), (HX, Q, D - 1)]]
-    elif entry is None:
-        cases = [[(H, Q, 1), (H, QY, D - 1)]]
-    else:
-        same = [(H, Q, 1), (HX, QY, D - 1)]
-        apart = [(H, QY, 1), (HX, Q, 1), (HX, QY, D - 2)]
-        cases = [same] if (D == 1 or entry == exit_) else [same, apart]
-        if D == 1:
-            cases = [[(H, Q, 1)]]
+    cases = [[(H, Q, a), (H, QY, b), (HX, Q, c), (HX, QY, d)]
+             for a, b, c, d in _anchor_cases(D, _count(entry), _count(exit_), same=entry is not None and entry == exit_)]
 
     key_a = HX  # thresholds on the anchored (largest) heads and tails: they select the sets
     key_b = QY
@@ -199,6 +197,31 @@ def energy_bound(
             case_best = bound if case_best is None else np.minimum(case_best, bound)
         best = max(best, int(case_best.max()))
     return best
+
+
+def _count(anchor: int | tuple[int, ...] | None) -> int:
+    return 0 if anchor is None else 1 if isinstance(anchor, (int, np.integer)) else len(anchor)
+
+
+def _anchor_cases(D: int, n_entry: int, n_exit: int, same: bool = False) -> list[tuple[int, int, int, int]]:
+    """Every way the devices can hold the anchors, up to dominance: (a, b, c, d) devices holding an
+    entry and an exit anchor, an entry only, an exit only, neither.
+
+    A device of a better class (plain heads or tails where the anchors' would apply) only gives a
+    schedule more room, so for each (a, b) the most exit-holding devices the anchors allow stand
+    for every smaller count. ``same``: one node is both anchors, so its device holds both.
+    """
+    if n_entry == 0 and n_exit == 0:
+        return [(0, 0, 0, D)] if D else []
+    s, t = min(n_entry, D), min(n_exit, D)
+    out = []
+    for a in range(1 if same else 0, min(s, t) + 1):
+        for b in range(0, min(s - a, D - a) + 1):
+            c = min(t - a, D - a - b)
+            if (n_entry and a + b == 0) or (n_exit and a + c == 0):
+                continue  # every anchor sits on some device
+            out.append((a, b, c, D - a - b - c))
+    return out
 
 
 def _least_makespan(work: np.ndarray, alphas: list[np.ndarray], counts: list[int]) -> np.ndarray:
@@ -326,6 +349,13 @@ def placement_bound_details(
         for y in exits:
             if (x is not None or y is not None) and not stop():
                 out["anchored_energy"] = max(out["anchored_energy"], energy_bound(problem, head, tail, entry=x, exit_=y, should_stop=should_stop))
+    # Several sources or sinks, fewer than the devices: the devices holding none start (end) with a transfer.
+    set_entries, set_exits = _anchor_sets(problem)
+    out["source_energy"] = 0
+    for xs in set_entries:
+        for ys in set_exits:
+            if (xs is not None or ys is not None) and not stop():
+                out["source_energy"] = max(out["source_energy"], energy_bound(problem, head, tail, entry=xs, exit_=ys, should_stop=should_stop))
     if len(device_kinds(problem)[1]) > 1 and not stop():
         _kind_families(problem, head, tail, entries, exits, out, stop, problem.n_nodes <= KIND_ENERGETIC_MAX_NODES)
     if flow is None:

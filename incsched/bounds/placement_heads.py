@@ -177,43 +177,53 @@ def path_bound(problem: PlacementProblem, head: list[int] | None = None, tail: l
     return max(h + d + q for h, d, q in zip(head, dmin, tail))
 
 
-def anchored_heads(problem: PlacementProblem, anchor: int, head: list[int] | None = None) -> list[int]:
-    """Earliest start of every node placed on a device other than ``anchor``'s (ticks; `INF` for the anchor).
+def anchored_heads(problem: PlacementProblem, anchor: int | tuple[int, ...], head: list[int] | None = None) -> list[int]:
+    """Earliest start of every node placed on a device that holds no ``anchor`` (ticks; `INF` for the anchors).
+
+    ``anchor``: one node, or a tuple of nodes (e.g. every source: a device holding none of them).
 
     Notes
     -----
-    Same rule as `transfer_heads`, with one more fact: a node off the anchor's device shares its
-    device only with predecessors that are off the anchor's device too, so a co-located
-    predecessor contributes its own anchored head, and the anchor itself can only be remote.
-    A node that does not descend from the anchor gets its plain head back.
+    Same rule as `transfer_heads`, with one more fact: a node off every anchor's device shares its
+    device only with predecessors that are off every anchor's device too, so a co-located
+    predecessor contributes its own anchored head, and an anchor itself can only be remote.
+    A node that does not descend from an anchor gets its plain head back.
     """
     g = problem.graph
     dmin, cross = _costs(problem)
     head = transfer_heads(problem) if head is None else head
     ptr, nbr, eid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.pred_edge.tolist()
     off = list(head)
-    off[anchor] = INF
+    anchors = _as_set(anchor)
+    for x in anchors:
+        off[x] = INF
     for v in g.topological_order().tolist():
-        if v == anchor:
+        if v in anchors:
             continue
         items = _inputs(ptr, nbr, eid, v, head, off, dmin, cross)
         off[v] = max(head[v], _colocation_rule(items))
     return off
 
 
-def anchored_tails(problem: PlacementProblem, anchor: int, tail: list[int] | None = None) -> list[int]:
-    """Least tail of every node placed on a device other than ``anchor``'s (mirror of `anchored_heads`)."""
+def anchored_tails(problem: PlacementProblem, anchor: int | tuple[int, ...], tail: list[int] | None = None) -> list[int]:
+    """Least tail of every node placed on a device that holds no ``anchor`` (mirror of `anchored_heads`)."""
     g = problem.graph
     dmin, cross = _costs(problem)
     tail = transfer_tails(problem) if tail is None else tail
     ptr, nbr, eid = g.succ_ptr.tolist(), g.succ_idx.tolist(), g.succ_edge.tolist()
     off = list(tail)
-    off[anchor] = INF
+    anchors = _as_set(anchor)
+    for x in anchors:
+        off[x] = INF
     for v in reversed(g.topological_order().tolist()):
-        if v == anchor:
+        if v in anchors:
             continue
         off[v] = max(tail[v], _colocation_rule(_inputs(ptr, nbr, eid, v, tail, off, dmin, cross)))
     return off
+
+
+def _as_set(anchor: int | tuple[int, ...]) -> set[int]:
+    return {int(anchor)} if isinstance(anchor, (int, np.integer)) else {int(x) for x in anchor}
 
 
 
@@ -231,6 +241,17 @@ def _anchors(problem: PlacementProblem) -> tuple[list[int | None], list[int | No
         entries.append(int(sources[0]))
     if len(sinks) == 1:
         exits.append(int(sinks[0]))
+    return entries, exits
+
+
+def _anchor_sets(problem: PlacementProblem) -> tuple[list[tuple[int, ...] | None], list[tuple[int, ...] | None]]:
+    """Entry and exit anchor *sets* for `energy_bound`: every source (sink) as one set, when there
+    are 2 to D - 1 of them, so that some device holds none (one source is `_anchors`' single anchor)."""
+    g, D = problem.graph, problem.n_devices
+    sources = tuple(int(v) for v in np.flatnonzero(g.in_degree == 0))
+    sinks = tuple(int(v) for v in np.flatnonzero(g.out_degree == 0))
+    entries: list[tuple[int, ...] | None] = [None] + ([sources] if 1 < len(sources) < D else [])
+    exits: list[tuple[int, ...] | None] = [None] + ([sinks] if 1 < len(sinks) < D else [])
     return entries, exits
 
 
