@@ -447,67 +447,106 @@ def segments(ctx: Context) -> None:
     searches far better than the whole graph. Timed from the end of the entry cut node (made
     instant in the segment's problem), segment optima add up to a bound on the whole makespan:
     ``sum(segment bounds) - (segments with an entry cut node)`` ticks.
+
+    Two passes. *Search*: each segment starts from the incumbent's own schedule of it (local search
+    from there hints CP-SAT), and one the clock leaves unsolved keeps that schedule, so the glued
+    answer improves on the incumbent wherever a segment did. *Bounds*: the relaxation and the
+    proof probes of each segment, with what is left; one left out keeps its simple bound, and the
+    sum still bounds. Where the clock is the budget, the phase gets its share of the time left and
+    each segment, in each pass, its part by size of what the pass has left when it starts: a slow
+    early segment (58 ops on 8 devices: 20 s of a 60-s run under load) used to leave the later ones
+    unsolved, and the sum of bounds, which counts only on every segment, then went unused.
     """
     p: PlacementProblem = ctx.problem
-    parts, total_bound = [], 0
     seg_nodes = cut_segments(p)
     subs = [subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ()) for i, nodes in enumerate(seg_nodes)]
     # Repeated blocks give identical segments: each is solved once, with the work of all its copies.
-    solved: dict[bytes, tuple[Placement, int]] = {}
     keys = [sub.signature() for sub in subs]
-    big = sum(len(nodes) for nodes in seg_nodes if len(nodes) > 2)
-    phase_work = ctx.nominal_work * ctx.tuning.placement_segment_share
-    complete = True
+    unique = {key: (nodes, sub) for nodes, sub, key in zip(seg_nodes, subs, keys)}
+    weight = {key: len(nodes) * keys.count(key) for key, (nodes, _) in unique.items()}
+    big = sum(w for key, w in weight.items() if len(unique[key][0]) > 2)
+    work = {key: max(ctx.nominal_work * ctx.tuning.placement_segment_share * w / big, 1e-3) for key, w in weight.items()}
+    t = ctx.tuning
+    phase_end = ctx.elapsed() + t.placement_segment_share * ctx.wall_left() if ctx.clock_is_budget else None
+    search_end = None if phase_end is None else ctx.elapsed() + t.placement_segment_search_share * (phase_end - ctx.elapsed())
+
+    def wall_share(key, todo: dict, end) -> float:
+        """Where the clock is the budget, the segment's part by size of the pass's time left, as a share of the limit."""
+        if end is None:
+            return t.placement_segment_share * weight[key] / big
+        seconds = (end - ctx.elapsed()) * weight[key] / max(sum(weight[k] for k in todo), 1)
+        return max(seconds, t.placement_segment_min_seconds) / ctx.time_limit
+
     with ctx.timed("segments"):
-        for i, (nodes, sub, key) in enumerate(zip(seg_nodes, subs, keys)):
-            entry = (nodes[0],) if i > 0 else ()  # every segment after the first starts at its cut node
-            if ctx.stopped() and key not in solved:
-                # Out of time: the rest get their list schedule, so the glued answer still competes;
-                # their bounds are missing, so the sum proves nothing.
-                complete = False
-                solved[key] = local_search(sub, ctx.seed, evaluations=1), 0
-            if key not in solved:
-                share = ctx.tuning.placement_segment_share * len(nodes) * keys.count(key) / big
-                pl, bound, info = _segment(ctx, sub, len(nodes), max(phase_work * len(nodes) * keys.count(key) / big, 1e-3), share)
-                solved[key] = pl, bound
-                if info:
-                    ctx.record("segment", nodes=len(nodes), copies=keys.count(key), bound=bound, **info)
-            pl, bound = solved[key]
-            parts.append((nodes, pl))
-            total_bound += bound - len(entry)
-        glued = compose(p, parts)
-    ctx.improve(glued, ctx.check(glued), "segments")
-    if complete:
-        ctx.raise_bound(total_bound, "segments", "segments")
+        found: dict[bytes, tuple[Placement, int, dict]] = {}
+        for key, (nodes, sub) in unique.items():
+            own = _restrict(ctx.best, nodes)  # the incumbent's schedule of this segment
+            if ctx.stopped():
+                found[key] = own, sub.lower_bound_ticks(), {}
+            else:
+                todo = [k for k in unique if k not in found]
+                found[key] = _segment_search(ctx, sub, len(nodes), work[key], wall_share(key, todo, search_end), own)
+        glued = compose(p, [(nodes, found[key][0]) for nodes, key in zip(seg_nodes, keys)])
+        ctx.improve(glued, ctx.check(glued), "segments")
+        for key, (nodes, sub) in unique.items():
+            pl, bound, info = found[key]
+            if info and not ctx.stopped() and bound < info["objective"]:  # an optimal segment is bounded already
+                todo = [k for k in unique if k not in found or found[k][2]]
+                bound, more = _segment_bound(ctx, sub, simulate(sub, pl, "ordered").makespan, bound, work[key], wall_share(key, todo, phase_end))
+                info.update(more)
+                found[key] = pl, bound, {}
+            if info:
+                ctx.record("segment", nodes=len(nodes), copies=keys.count(key), bound=bound, **info)
+            found[key] = pl, bound, {}
+    total = sum(found[key][1] - (i > 0) for i, key in enumerate(keys))  # minus one tick per entry cut node
+    ctx.raise_bound(total, "segments", "segments")
 
 
-def _segment(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float, share: float) -> tuple[Placement, int, dict]:
-    """One segment's best placement, its proven lower bound, and what the solves found (for the log);
-    ``share``: of the time limit, the wall cap of its search where the clock is the budget."""
+def _restrict(best: Placement, nodes: list[int]) -> Placement:
+    """``best``'s devices and per-device orders on ``nodes`` alone, as a placement of their `subproblem`."""
+    index = {int(v): i for i, v in enumerate(nodes)}
+    device = np.asarray(best.device, dtype=np.int64)[np.asarray(nodes, dtype=np.int64)]
+    order = tuple(tuple(index[int(v)] for v in seq if int(v) in index) for seq in best.order)
+    return Placement(device, order)
+
+
+def _segment_search(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float, share: float,
+                    start: Placement) -> tuple[Placement, int, dict]:
+    """One segment's best placement from ``start`` (the incumbent's schedule of it), a bound, and
+    what the search found (empty for a segment of one or two nodes: its answer is exact).
+
+    ``share``: of the time limit, the wall cap of its local search and CP-SAT together where the
+    clock is the budget (`Tuning.placement_segment_wall_split`).
+    """
     if n_nodes <= 2:
-        pl = local_search(sub, ctx.seed, evaluations=1)
+        pl = local_search(sub, ctx.seed, evaluations=1, start=start)
         return pl, simulate(sub, pl, "ordered").makespan, {}  # one or two nodes in a chain: exact
-    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes),
-                        should_stop=local_search_clock(ctx, ctx.tuning.placement_polish_wall_share * n_nodes / max(ctx.problem.n_nodes, 1)))
-    out = solve_cpsat(sub, ctx.settings(work, wall_share=share), hint=hint)
+    polish, search = (share * f for f in ctx.tuning.placement_segment_wall_split)
+    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes), start=start,
+                        should_stop=local_search_clock(ctx, min(polish, ctx.tuning.placement_polish_wall_share * n_nodes / max(ctx.problem.n_nodes, 1))))
+    out = solve_cpsat(sub, ctx.settings(work, wall_share=search), hint=hint)
     ctx.charge(out)
     pl = hint
     if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:
         pl = Placement(out.assignment, tuple(tuple(o) for o in out.info["order"]), start=out.start)
     bound = int(out.bound) if out.bound is not None else sub.lower_bound_ticks()
-    makespan = simulate(sub, pl, "ordered").makespan
-    if ctx.stopped():  # each further model costs a second of building on a loaded machine: the clock first
-        return pl, bound, {"status": out.status, "objective": makespan}
+    return pl, bound, {"status": out.status, "objective": simulate(sub, pl, "ordered").makespan}
+
+
+def _segment_bound(ctx: Context, sub: PlacementProblem, makespan: int, bound: int, work: float, share: float) -> tuple[int, dict]:
+    """A segment's bound raised by the transfer-aware relaxation and the decision model's refutations
+    below ``makespan``; ``share``: of the time limit, their wall cap together where the clock is the budget."""
     # The transfer-aware relaxation usually bounds a segment far above CP-SAT's search.
-    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work))
+    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / 2))
     ctx.spend(0.0, wall_capped=capped)
     bound = max(bound, relaxed)
     if ctx.stopped():
-        return pl, bound, {"status": out.status, "objective": makespan, "relaxation": relaxed}
+        return bound, {"relaxation": relaxed}
     # The decision model refutes makespans the relaxation cannot (one run per exit case).
-    per_run = work * ctx.tuning.placement_proof_share / (2 * ctx.tuning.placement_proof_probes)
-    proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run), lower=bound, probes=ctx.tuning.placement_proof_probes)
+    runs = 2 * ctx.tuning.placement_proof_probes
+    per_run = work * ctx.tuning.placement_proof_share / runs
+    proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run, wall_share=share / 2 / runs), lower=bound,
+                                         probes=ctx.tuning.placement_proof_probes)
     # at most what the probes may have used
     ctx.spend(2 * per_run * len(probes) if ctx.deterministic else 0.0, wall_capped=any(pr["wall_capped"] for pr in probes))
-    info = {"status": out.status, "objective": makespan, "relaxation": relaxed, "probes": len(probes)}
-    return pl, max(bound, proven), info
+    return max(bound, proven), {"relaxation": relaxed, "probes": len(probes)}

@@ -171,6 +171,13 @@ class Tuning:
     #: over at most this many bisection probes of two runs each.
     placement_proof_share: float = 0.2
     placement_proof_probes: int = 4
+    #: Where the clock is the budget: the share of the segment phase's wall seconds its search pass
+    #: gets (the bounds pass has the rest); a segment's part of a pass (by size, of what the pass
+    #: has left) goes to local search from the incumbent's schedule and to CP-SAT in these shares,
+    #: and is never less than `placement_segment_min_seconds` (small segments prove in less).
+    placement_segment_search_share: float = 0.7
+    placement_segment_wall_split: tuple[float, float] = (0.2, 0.8)
+    placement_segment_min_seconds: float = 0.2
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
