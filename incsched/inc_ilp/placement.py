@@ -4,8 +4,9 @@
       portfolio incumbent       the policy, HEFT and critical-path list, then local search (incumbent.py)
       combinatorial_bound(ctx)  every combinatorial family, after the incumbent and on the clock
       strengthen_bound(ctx)     exact CP-SAT windows around every node raise the global bound
-      segments(ctx)             graphs with cut nodes: each stretch between two solved and bounded
-                                on its own; the glued answer competes, the bounds add up; then rounds
+      segments(ctx)             graphs with cut nodes: each stretch between two searched on its own
+                                from the incumbent's schedule of it, glued (never worse than the
+                                incumbent), then bounded with what is left; the bounds add up; then rounds
       or rounds(ctx)            large neighbourhoods, one at a time: the ops the policy is least
                                 sure of (with their data partners), one pair of devices (their
                                 twins under relabelling searched once), one time slice across all
