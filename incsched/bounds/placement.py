@@ -344,18 +344,14 @@ def placement_bound_details(
     if not stop():
         out["energy"] = energy_bound(problem, head, tail, should_stop=should_stop)
     entries, exits = _anchors(problem)
-    out["anchored_energy"] = 0
-    for x in entries:
-        for y in exits:
-            if (x is not None or y is not None) and not stop():
-                out["anchored_energy"] = max(out["anchored_energy"], energy_bound(problem, head, tail, entry=x, exit_=y, should_stop=should_stop))
-    # Several sources or sinks, fewer than the devices: the devices holding none start (end) with a transfer.
-    set_entries, set_exits = _anchor_sets(problem)
-    out["source_energy"] = 0
-    for xs in set_entries:
-        for ys in set_exits:
-            if (xs is not None or ys is not None) and not stop():
-                out["source_energy"] = max(out["source_energy"], energy_bound(problem, head, tail, entry=xs, exit_=ys, should_stop=should_stop))
+    # anchored_energy: the single source and sink; source_energy: the set of 2 to D - 1 sources
+    # (sinks), whose devices are the only ones that need not start (end) with a transfer.
+    for family, (ins, outs) in (("anchored_energy", (entries, exits)), ("source_energy", _anchor_sets(problem))):
+        out[family] = 0
+        for x in ins:
+            for y in outs:
+                if (x is not None or y is not None) and not stop():
+                    out[family] = max(out[family], energy_bound(problem, head, tail, entry=x, exit_=y, should_stop=should_stop))
     if len(device_kinds(problem)[1]) > 1 and not stop():
         _kind_families(problem, head, tail, entries, exits, out, stop, problem.n_nodes <= KIND_ENERGETIC_MAX_NODES)
     if flow is None:
