@@ -259,3 +259,27 @@ def test_the_segment_phase_never_loses_the_incumbent_and_its_bounds_add_up():
     start = next(s for s in steps if s["phase"] == "incumbent")
     assert r.objective <= min(v for v in start["scores"].values() if v is not None)
     assert r.lower_bound <= r.objective
+
+
+def test_segments_on_devices_of_two_kinds_keep_their_cut_nodes_in_place():
+    # Two GPUs (1.5x faster) and a CPU on links 8x slower: the devices are not interchangeable, so
+    # each segment is searched with its cut nodes where the incumbent has them, and glued as is.
+    from incsched.inc_ilp.placement import _pinned, _restrict
+    from incsched.problems.decompose import gluable
+
+    g = transformer_block(n_blocks=2, heads=4, ffn_tiles=4)
+    g = g.replace(compute_time={"cpu": g.time("cpu"), "gpu": np.asarray(g.time("cpu")) / 1.5})
+    devices = [Device("gpu0", kind="gpu"), Device("gpu1", kind="gpu"), Device("cpu0", kind="cpu")]
+    bw = bandwidth_for_comm_ratio(g, 4.0, "gpu")
+    p = PlacementProblem(g, devices, Links(bandwidth=np.array([[bw, bw, bw / 8], [bw, bw, bw / 8], [bw / 8, bw / 8, bw]])))
+    assert gluable(p) and not decomposable(p)
+    best = critical_path_list(p)
+    nodes = segments(p)[1]
+    window = _pinned(_restrict(best, nodes), [0])
+    assert window.allowed[0].tolist() == [d == int(best.device[nodes[0]]) for d in range(3)] and window.allowed[1:].all()
+    r = solve(p, "inc-ilp", time_limit=5.0)
+    steps = r.provenance["steps"]
+    start = next(s for s in steps if s["phase"] == "incumbent")
+    assert r.objective <= min(v for v in start["scores"].values() if v is not None)
+    searched = [s for s in steps if s["phase"] == "segment"]
+    assert searched and all(s["pinned_cut_nodes"] and "probes" not in s for s in searched)  # no bound read from a pinned segment

@@ -50,7 +50,7 @@ from ..bounds import placement_lower_bound
 from .exact_bounds import placement_bound_cpsat
 from ..baselines.list_scheduling import list_schedule, mean_costs
 from ..evaluate.simulate import Schedule, simulate
-from ..problems.decompose import compose, decomposable, segments as cut_segments, subproblem
+from ..problems.decompose import compose, cut_nodes, decomposable, gluable, segments as cut_segments, subproblem
 from ..problems import Placement, PlacementError, PlacementProblem, PlacementWindow
 from ..windows.relax import device_pair, free_in, placement_window, ranked_devices, start_window, time_slice, uncertain_nodes
 from .context import Context
@@ -177,6 +177,8 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
         segments(ctx)
         rounds(ctx)
     else:
+        if gluable(p):  # devices of several kinds: segments searched with their cut nodes kept
+            segments(ctx)
         rounds(ctx)
         windows(ctx)
         ranked(ctx)
@@ -461,8 +463,12 @@ def segments(ctx: Context) -> None:
     p: PlacementProblem = ctx.problem
     seg_nodes = cut_segments(p)
     subs = [subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ()) for i, nodes in enumerate(seg_nodes)]
+    # Devices of several kinds: a segment's optimum depends on where its cut nodes sit, so each
+    # segment keeps them on the incumbent's devices (`_pinned`) and no bound is read from it.
+    identical = decomposable(p)
+    cuts = set(cut_nodes(p))
     # Repeated blocks give identical segments: each is solved once, with the work of all its copies.
-    keys = [sub.signature() for sub in subs]
+    keys = [sub.signature() if identical else bytes([i % 256, i // 256]) for i, sub in enumerate(subs)]
     unique = {key: (nodes, sub) for nodes, sub, key in zip(seg_nodes, subs, keys)}
     weight = {key: len(nodes) * keys.count(key) for key, (nodes, _) in unique.items()}
     big = sum(w for key, w in weight.items() if len(unique[key][0]) > 2)
@@ -486,9 +492,15 @@ def segments(ctx: Context) -> None:
                 found[key] = own, sub.lower_bound_ticks(), {}
             else:
                 todo = [k for k in unique if k not in found]
-                found[key] = _segment_search(ctx, sub, len(nodes), work[key], wall_share(key, todo, search_end), own)
+                pinned = None if identical else _pinned(own, [i for i, v in enumerate(nodes) if v in cuts])
+                found[key] = _segment_search(ctx, sub, len(nodes), work[key], wall_share(key, todo, search_end), own, pinned)
         glued = compose(p, [(nodes, found[key][0]) for nodes, key in zip(seg_nodes, keys)])
         ctx.improve(glued, ctx.check(glued), "segments")
+        if not identical:
+            for key, (nodes, _) in unique.items():
+                if found[key][2]:
+                    ctx.record("segment", nodes=len(nodes), pinned_cut_nodes=True, **found[key][2])
+            return  # a segment's bound with its cut nodes pinned is not the segment's; the bound families sum segments already
         for key, (nodes, sub) in unique.items():
             pl, bound, info = found[key]
             if info and not ctx.stopped() and bound < info["objective"]:  # an optimal segment is bounded already
@@ -503,6 +515,15 @@ def segments(ctx: Context) -> None:
     ctx.raise_bound(total, "segments", "segments")
 
 
+def _pinned(own: Placement, keep: list[int]) -> PlacementWindow:
+    """Every device allowed, but the ``keep`` nodes only on the one ``own`` gives them."""
+    allowed = np.ones((len(own.device), own.n_devices), dtype=bool)
+    for i in keep:
+        allowed[i] = False
+        allowed[i, int(own.device[i])] = True
+    return PlacementWindow(allowed)
+
+
 def _restrict(best: Placement, nodes: list[int]) -> Placement:
     """``best``'s devices and per-device orders on ``nodes`` alone, as a placement of their `subproblem`."""
     index = {int(v): i for i, v in enumerate(nodes)}
@@ -512,20 +533,27 @@ def _restrict(best: Placement, nodes: list[int]) -> Placement:
 
 
 def _segment_search(ctx: Context, sub: PlacementProblem, n_nodes: int, work: float, share: float,
-                    start: Placement) -> tuple[Placement, int, dict]:
+                    start: Placement, pinned: PlacementWindow | None = None) -> tuple[Placement, int, dict]:
     """One segment's best placement from ``start`` (the incumbent's schedule of it), a bound, and
     what the search found (empty for a segment of one or two nodes: its answer is exact).
 
     ``share``: of the time limit, the wall cap of its local search and CP-SAT together where the
-    clock is the budget (`Tuning.placement_segment_wall_split`).
+    clock is the budget (`Tuning.placement_segment_wall_split`). ``pinned``: the window that keeps
+    its cut nodes in place (devices of several kinds); local search, which knows no window, is
+    then left out.
     """
+    if pinned is not None and n_nodes <= 2:
+        return start, simulate(sub, start, "ordered").makespan, {}
     if n_nodes <= 2:
         pl = local_search(sub, ctx.seed, evaluations=1, start=start)
         return pl, simulate(sub, pl, "ordered").makespan, {}  # one or two nodes in a chain: exact
     polish, search = (share * f for f in ctx.tuning.placement_segment_wall_split)
-    hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes), start=start,
-                        should_stop=local_search_clock(ctx, min(polish, ctx.tuning.placement_polish_wall_share * n_nodes / max(ctx.problem.n_nodes, 1))))
-    out = solve_cpsat(sub, ctx.settings(work, wall_share=search), hint=hint)
+    if pinned is None:
+        hint = local_search(sub, ctx.seed, evaluations=search_evaluations(ctx, n_nodes), start=start,
+                            should_stop=local_search_clock(ctx, min(polish, ctx.tuning.placement_polish_wall_share * n_nodes / max(ctx.problem.n_nodes, 1))))
+    else:
+        hint, search = start, search + polish
+    out = solve_cpsat(sub, ctx.settings(work, wall_share=search), window=pinned, hint=hint)
     ctx.charge(out)
     pl = hint
     if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:

@@ -15,7 +15,7 @@ import numpy as np
 from ..graph import CompGraph, SharedWeight
 from . import Placement, PlacementProblem  # the package: the problem types keep their names there
 
-__all__ = ["cut_nodes", "segments", "subproblem", "decomposable", "compose"]
+__all__ = ["cut_nodes", "segments", "subproblem", "gluable", "decomposable", "compose"]
 
 
 def cut_nodes(problem: PlacementProblem) -> list[int]:
@@ -110,14 +110,15 @@ def subproblem(problem: PlacementProblem, nodes, *, instant: tuple[int, ...] = (
     return PlacementProblem(sg, problem.devices, problem.links, time_unit=problem.time_unit, name=sg.name)
 
 
+def gluable(problem: PlacementProblem) -> bool:
+    """Whether segment schedules can be glued at all: no memory limits and a cut node (any devices;
+    on devices that are not interchangeable, each segment keeps its cut nodes where they are)."""
+    return problem.n_devices > 1 and all(d.memory is None for d in problem.devices) and len(segments(problem)) > 1
+
+
 def decomposable(problem: PlacementProblem) -> bool:
-    """Whether segment schedules can be glued: interchangeable devices, no memory limits, a cut node."""
-    return (
-        problem.n_devices > 1
-        and len(problem.identical_devices) == 1
-        and all(d.memory is None for d in problem.devices)
-        and len(segments(problem)) > 1
-    )
+    """Whether segments can be solved and bounded on their own: `gluable` on interchangeable devices."""
+    return len(problem.identical_devices) == 1 and gluable(problem)
 
 
 def compose(problem: PlacementProblem, parts) -> Placement:
@@ -126,7 +127,8 @@ def compose(problem: PlacementProblem, parts) -> Placement:
     Parameters
     ----------
     problem : PlacementProblem
-        Whose devices are all interchangeable (see `decomposable`).
+        Whose devices are all interchangeable (see `decomposable`), or segments whose placements
+        agree on every cut node they share (then nothing is relabelled).
     parts : sequence of (nodes, Placement)
         Each segment's node list (as from `segments`) and a placement of its `subproblem`.
 
