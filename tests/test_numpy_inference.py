@@ -226,3 +226,19 @@ def test_rl_in_a_fresh_process_does_not_import_torch():
     run = subprocess.run([sys.executable, "-c", NO_TORCH_SCRIPT], check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "RL_WITHOUT_TORCH rl rl []" in run.stdout, run.stdout[-2000:]
+
+
+def test_a_decoder_cached_for_another_cpu_reads_as_not_cached(monkeypatch):
+    # numba keys its cache by CPU: a venv copied to another machine must take the slow, safe path.
+    from incsched.policy import compiled
+    from incsched.policy.warm import KERNELS, loads_quickly, warm
+
+    warm()  # `make install` did this already: cached, marked
+    monkeypatch.setattr(compiled, "_ready", {})  # as in a fresh process
+    assert all(compiled.is_cached(k) for k in KERNELS) and loads_quickly("placement")
+    monkeypatch.setattr(compiled, "cpu_fingerprint", lambda: "another-cpu")
+    assert not any(compiled.is_cached(k) for k in KERNELS) and not loads_quickly("stage")
+    monkeypatch.undo()
+    monkeypatch.setattr(compiled, "_ready", {})
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/elsewhere")  # a cache kept elsewhere is not looked for
+    assert not compiled.is_cached(KERNELS[0])

@@ -42,7 +42,7 @@ def warm() -> dict[str, float | None]:
                                         lambda: placement_decoder.preschedule(PlacementProblem.identical(g, 2, bandwidth=1e9), 0))):
         start, cached = time.perf_counter(), is_cached(kernel)
         if not cached:
-            decode()
+            decode()  # compiles, or loads numba's cache if it holds this CPU's code; either way marks it
         spent[kernel] = None if cached else time.perf_counter() - start
     return spent
 
