@@ -477,7 +477,7 @@ def segments(ctx: Context) -> None:
     phase_end = ctx.elapsed() + t.placement_segment_share * ctx.wall_left() if ctx.clock_is_budget else None
     search_end = None if phase_end is None else ctx.elapsed() + t.placement_segment_search_share * (phase_end - ctx.elapsed())
 
-    def wall_share(key, todo: dict, end) -> float:
+    def wall_share(key, todo: list, end) -> float:
         """Where the clock is the budget, the segment's part by size of the pass's time left, as a share of the limit."""
         if end is None:
             return t.placement_segment_share * weight[key] / big
