@@ -465,8 +465,8 @@ def segments(ctx: Context) -> None:
     subs = [subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ()) for i, nodes in enumerate(seg_nodes)]
     # Devices of several kinds: a segment's optimum depends on where its cut nodes sit, so each
     # segment keeps them on the incumbent's devices (`_pinned`) and no bound is read from it.
-    identical = decomposable(p)
-    cuts = set(cut_nodes(p))
+    identical = len(p.identical_devices) == 1  # the caller checked the rest (`decomposable` / `gluable`)
+    cuts = set() if identical else set(cut_nodes(p))  # only pinned where devices differ
     # Repeated blocks give identical segments: each is solved once, with the work of all its copies.
     keys = [sub.signature() if identical else bytes([i % 256, i // 256]) for i, sub in enumerate(subs)]
     unique = {key: (nodes, sub) for nodes, sub, key in zip(seg_nodes, subs, keys)}
@@ -505,9 +505,8 @@ def segments(ctx: Context) -> None:
             pl, bound, info = found[key]
             if info and not ctx.stopped() and bound < info["objective"]:  # an optimal segment is bounded already
                 todo = [k for k in unique if k not in found or found[k][2]]
-                bound, more = _segment_bound(ctx, sub, simulate(sub, pl, "ordered").makespan, bound, work[key], wall_share(key, todo, phase_end))
+                bound, more = _segment_bound(ctx, sub, info["objective"], bound, work[key], wall_share(key, todo, phase_end))
                 info.update(more)
-                found[key] = pl, bound, {}
             if info:
                 ctx.record("segment", nodes=len(nodes), copies=keys.count(key), bound=bound, **info)
             found[key] = pl, bound, {}
