@@ -23,6 +23,7 @@ from incsched.bounds.placement import (
     placement_lower_bound,
     placement_bound_details,
     segment_sum_bound,
+    startup_bound,
     transfer_heads,
     transfer_tails,
 )
@@ -78,6 +79,8 @@ def every_bound(p: PlacementProblem) -> dict[str, int]:
     out["energetic_path_only"] = path_bound(p, eh, et)
     out["energetic_heads_plain_tails"] = path_bound(p, eh, tail)
     out["energy_energetic"] = energy_bound(p, eh, et)
+    out["startup_every_window"] = startup_bound(p, head, tail, max_windows=10**6)
+    out["startup_energetic"] = startup_bound(p, eh, et, max_windows=10**6)
     out["segment_sum_only"] = segment_sum_bound(p)
     out["placement_lower_bound"] = placement_lower_bound(p)
     return out
