@@ -56,6 +56,18 @@ def test_stops_when_asked():
     assert startup_bound(p, max_windows=1) <= startup_bound(p)
 
 
+def test_past_the_budget_the_split_is_bounded_more_loosely(monkeypatch):
+    import incsched.bounds.placement_startup as startup
+
+    p = four_products()
+    head = transfer_heads(p)
+    exact = [window_capacity(p, head, t) for t in range(1, 45)]
+    monkeypatch.setattr(startup, "SPLIT_BUDGET", 0)
+    loose = [window_capacity(p, head, t) for t in range(1, 45)]
+    assert all(a <= b for a, b in zip(exact, loose)) and exact != loose
+    assert p.lower_bound_ticks() <= startup_bound(p) < 41
+
+
 # ---------------------------------------------------------------------- the window capacity holds in every schedule
 
 

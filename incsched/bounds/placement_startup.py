@@ -45,6 +45,11 @@ __all__ = ["startup_bound", "window_capacity"]
 #: an even spread of the rest. Any subset gives a valid bound.
 STARTUP_MAX_WINDOWS = 24
 
+#: Past this much work (devices x linked roots x roots that fill a device, or shared keys x
+#: their neighbours) a window's split is bounded more loosely (by its total work, or the even
+#: split for three roots): pure Python, tried for up to 2 x `STARTUP_MAX_WINDOWS` windows.
+SPLIT_BUDGET = 200_000
+
 #: A node whose forced closure has more roots than this counts in a shared pool (it lies inside
 #: one device's roots at most, so its work is added once), not per root.
 WIDE_ROOTS = 64
@@ -189,6 +194,8 @@ def _early_capacity(keys: dict[frozenset, int], t: int, D: int) -> int:
     fill = next((s for s in range(1, R + 1) if value[s] >= t), R)  # roots that fill a device
     if R >= D * fill and value[fill] >= t:
         return D * t
+    if D * R * fill > SPLIT_BUDGET:
+        return D * t  # too many ways to split: claim nothing beyond the window itself
     # most[m][j]: the most m devices can hold with at most j linked roots between them
     most = [[0] * (R + 1)]
     for _ in range(D):
@@ -205,8 +212,9 @@ def _early_capacity(keys: dict[frozenset, int], t: int, D: int) -> int:
 def _root_values(keys: dict[frozenset, int], t: int, n: int) -> list[int]:
     """``value[s]`` (s = 0..n): at least min(t, f(S)) for every set S of s roots.
 
-    Exact for s <= 3 (every set holding a shared key, or the heaviest lone keys); beyond, each
-    node's work split evenly over its roots and the s heaviest roots summed.
+    Exact for s <= 3 (every set holding a shared key, or the heaviest lone keys; s <= 2 past
+    `SPLIT_BUDGET`); beyond, each node's work split evenly over its roots and the s heaviest
+    roots summed.
     """
     single = {next(iter(K)): w for K, w in keys.items() if len(K) == 1}
     pairs = {K: w for K, w in keys.items() if len(K) == 2}
@@ -224,7 +232,7 @@ def _root_values(keys: dict[frozenset, int], t: int, n: int) -> list[int]:
     heaviest = sorted(single, key=lambda r: -single[r])
     lone = [single[r] for r in heaviest]
     exact = [0, sum(lone[:1]), max([sum(lone[:2])] + [f(K) for K in pairs]) if n >= 2 else 0]
-    if n >= 3:
+    if n >= 3 and sum(len(near[min(K)]) + len(near[max(K)]) for K in pairs) <= SPLIT_BUDGET:
         best = max([sum(lone[:3])] + [f(K) for K in triples])
         for K in pairs:
             for r in (near[min(K)] | near[max(K)] | set(heaviest[:3])) - K:
