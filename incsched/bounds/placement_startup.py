@@ -97,7 +97,7 @@ def startup_bound(
         for t in _windows(inputs, max_windows):
             if should_stop is not None and should_stop():
                 break
-            caps.append((t, window_capacity(problem, base, t, forward=forward, _inputs=inputs, _dmin=dmin)))
+            caps.append((t, _capacity(inputs, base, dmin, t, D)))
         sides.append(caps)
     best = 0
     for t, early in sides[0]:
@@ -108,16 +108,16 @@ def startup_bound(
     return best
 
 
-def window_capacity(problem: PlacementProblem, base: list[int], t: int, *, forward: bool = True,
-                    _inputs=None, _dmin=None) -> int:
+def window_capacity(problem: PlacementProblem, base: list[int], t: int, *, forward: bool = True) -> int:
     """Most fastest-duration work the devices can do in the first ``t`` ticks (last, with
     ``forward=False`` and tails as ``base``) of any schedule: at most ``D * t``."""
-    D = problem.n_devices
-    dmin = _costs(problem)[0] if _dmin is None else _dmin
-    if _inputs is None:
-        dmin_, cross = _costs(problem)
-        _inputs = _forced_candidates(problem.graph, dmin_, cross, base, forward)
-    order, inputs = _inputs
+    dmin, cross = _costs(problem)
+    return _capacity(_forced_candidates(problem.graph, dmin, cross, base, forward), base, dmin, t, problem.n_devices)
+
+
+def _capacity(candidates, base: list[int], dmin: list[int], t: int, D: int) -> int:
+    """`window_capacity` from `_forced_candidates` computed once per side."""
+    order, inputs = candidates
     keys: dict[frozenset, int] = {}
     wide = 0
     total = 0
