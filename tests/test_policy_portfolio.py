@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -163,3 +164,26 @@ def test_a_work_bounded_run_takes_the_policy_by_rule_only(cold):
 def test_below_the_background_limit_the_cold_policy_is_left_out(cold):
     out = cold["below_background"]
     assert any("left out" in s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent")
+
+
+def test_the_policy_starts_before_the_list_schedulers(monkeypatch):
+    """A cold load is most of a 1-s clock: the policy starts first, in its thread, and is
+    collected after the list schedulers, whose answers stand if it does not arrive."""
+    import incsched.inc_ilp.incumbent as incumbent
+
+    started: list[str] = []
+
+    def traced(name, fn):
+        def run(problem, seed, **kw):
+            started.append(name)
+            if name == "rl":
+                time.sleep(0.2)  # a load: the list schedulers run meanwhile
+            return fn(problem, seed, **kw)
+        return run
+
+    table = {name: traced(name, fn) for name, fn in incumbent.PLACEMENT_PRESCHEDULERS.items()}
+    monkeypatch.setattr(incumbent, "PLACEMENT_PRESCHEDULERS", table)
+    monkeypatch.setattr(incumbent, "policy_loaded", lambda kind: True)
+    r = incsched.solve(_problem(), time_limit=5, work_limit=0.05)
+    assert started[0] == "rl" and "heft" in started
+    assert "rl" in _portfolio_step(r)["scores"]

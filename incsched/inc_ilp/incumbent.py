@@ -14,7 +14,7 @@ from typing import Callable
 from ..baselines.placement import PLACEMENT_BASELINES, local_search
 from ..baselines.stage import STAGE_BASELINES
 from ..errors import PlacementInfeasibleError, UnknownNameError
-from ..helper_thread import Abandoned, run_in_helper
+from ..helper_thread import Abandoned, Started, start_in_helper
 from ..policy.warm import loads_quickly
 from .context import Context
 from .policy_process import PolicyProcess
@@ -63,7 +63,8 @@ def run_prescheduler(ctx: Context, name_or_fn, table: dict[str, Callable]):
         raise UnknownNameError(f"unknown pre-scheduler {name_or_fn!r}; known: {sorted(table)}")
     with ctx.timed("preschedule"):
         try:
-            answer = _on_the_clock(ctx, name, fn)
+            # the baselines are budgeted by their measured cost per node (`Tuning.stage_seconds_per_node`)
+            answer = _collect_policy(ctx, _start_policy(ctx, fn)) if name == "rl" else fn(ctx.problem, ctx.seed)
         except PlacementInfeasibleError as exc:  # its greedy choices left a node no device with room
             ctx.fail(name, str(exc))
             return None
@@ -122,17 +123,20 @@ def portfolio(ctx: Context, kind: str, *, policy: bool = True) -> None:
         notes.append(f"skipped as too slow for {n_nodes} nodes in {ctx.time_limit:g} s: {', '.join(too_slow)}")
     answers, scores = {}, {}
     with ctx.timed("preschedule"):
+        # The policy starts first, in a helper thread (a cold load is most of a 1-s clock: the
+        # list schedulers' 0.05-0.1 s before it made it miss half of the runs at 1 s), and is
+        # collected after the list schedulers (milliseconds), so that a policy slower than the
+        # clock never leaves the run without an answer; then local search (seconds of pure
+        # Python: 2,500 assignments took 14 s of a 20-s run under a load of 4 on 2 cores, and
+        # the policy, after it, never ran).
+        policy_run = _start_policy(ctx, _sampled(ctx, kind, table["rl"])) if "rl" in affordable and not ctx.stopped() else None
         try:
-            # The list schedulers first (milliseconds): a policy slower than the clock must not
-            # leave the run without an answer. Then the policy, then local search (seconds of
-            # pure Python: 2,500 assignments took 14 s of a 20-s run under a load of 4 on 2
-            # cores, and the policy, after it, never ran).
             for name in sorted(affordable, key=lambda name: (name == "local_search") * 2 + (name == "rl")):
                 if ctx.stopped():
                     break
                 try:
                     if name == "rl":  # loaded here once, for every later run of the process
-                        answers[name] = _on_the_clock(ctx, name, _sampled(ctx, kind, table[name]))
+                        answers[name] = _collect_policy(ctx, policy_run)
                     elif name == "local_search" and kind == "placement":  # seconds of pure Python: on the clock too
                         answers[name] = table[name](ctx.problem, ctx.seed, should_stop=local_search_clock(ctx, ctx.tuning.placement_polish_wall_share / 2))
                     elif name in _STARTS_FROM and answers.get(_STARTS_FROM[name]) is not None:
@@ -173,18 +177,23 @@ def _sampled(ctx: Context, kind: str, rl: Callable) -> Callable:
     return lambda problem, seed: rl(problem, seed, samples=samples)
 
 
-def _on_the_clock(ctx: Context, name: str, fn: Callable):
-    """``fn(problem, seed)``; for the learned policy, None when the run stops before it finishes.
+def _start_policy(ctx: Context, rl: Callable) -> Started:
+    """The learned policy on ``ctx.problem``, started in a helper thread (`_collect_policy` waits for it).
 
-    The policy's first use in a process imports torch, reads its weights and compiles its decoder:
-    seconds that cannot be cut half-way (15.6 s under a load of 11 on 2 cores). It runs in a
-    helper thread, so that the clock and Ctrl-C still end the run on time; an abandoned load
+    The policy's first use in a process imports its runtime, reads its weights and compiles (or
+    loads) its decoder: seconds that cannot be cut half-way (15.6 s under a load of 11 on 2
+    cores). In a helper thread the clock and Ctrl-C still end the run on time; an abandoned load
     finishes in the background, and the next run in the process finds the policy ready.
     """
-    if name != "rl":  # the baselines are budgeted by their measured cost per node (`Tuning.stage_seconds_per_node`)
-        return fn(ctx.problem, ctx.seed)
+    return start_in_helper(lambda: rl(ctx.problem, ctx.seed), "incsched policy")
+
+
+def _collect_policy(ctx: Context, run: Started | None):
+    """The policy's answer, or None when the run stops before it arrives."""
+    if run is None:
+        return None
     try:
-        return run_in_helper(lambda: fn(ctx.problem, ctx.seed), "incsched policy", should_stop=ctx.stopped)
+        return run.wait(should_stop=ctx.stopped)
     except Abandoned:
         ctx.stop.stop(ctx.stopped() or "time")
         return None
