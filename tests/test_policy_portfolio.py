@@ -166,6 +166,7 @@ def test_below_the_background_limit_the_cold_policy_is_left_out(cold):
     assert any("left out" in s.get("note", "") for s in out["steps"] if s["phase"] == "incumbent")
 
 
+@pytest.mark.slow  # loads the policy in this process (about 4 s)
 def test_the_policy_starts_before_the_list_schedulers(monkeypatch):
     """A cold load is most of a 1-s clock: the policy starts first, in its thread, and is
     collected after the list schedulers, whose answers stand if it does not arrive."""

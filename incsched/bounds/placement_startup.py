@@ -33,6 +33,7 @@ All arithmetic is in integer ticks (the even split in fractions).
 from __future__ import annotations
 
 from fractions import Fraction
+from itertools import combinations
 
 import numpy as np
 
@@ -226,7 +227,7 @@ def _root_values(keys: dict[frozenset, int], t: int, n: int) -> list[int]:
 
     def f(S: frozenset) -> int:
         total = sum(single.get(r, 0) for r in S)
-        total += sum(pairs.get(frozenset(p), 0) for p in _pairs(S))
+        total += sum(pairs.get(frozenset(p), 0) for p in combinations(S, 2))
         return total + (triples.get(S, 0) if len(S) == 3 else 0)
 
     heaviest = sorted(single, key=lambda r: -single[r])
@@ -248,8 +249,3 @@ def _root_values(keys: dict[frozenset, int], t: int, n: int) -> list[int]:
         v = exact[s] if s < len(exact) else int(even[s - 1])  # floor: f is an integer
         value.append(min(t, max(value[-1], v)))
     return value
-
-
-def _pairs(S: frozenset):
-    items = sorted(S)
-    return [(a, b) for i, a in enumerate(items) for b in items[i + 1:]]
