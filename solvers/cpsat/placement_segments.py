@@ -22,6 +22,7 @@ from incsched.problems.decompose import subproblem
 from .. import SolverSettings
 from .params import make_solver, wall_capped
 from .placement import first_use_chain
+from .placement_queues import queue_bound
 
 __all__ = ["segment_bound", "segment_decision", "segment_proof_bound"]
 
@@ -89,13 +90,16 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[
     early fit in ``makespan - alpha - beta`` whenever the device holds any of them: a knapsack per
     device and threshold pair, over device choices only, which CP-SAT bounds quickly. Every
     schedule satisfies every constraint, so CP-SAT's best bound on it bounds the real makespan.
+    The order it drops is kept at the two ends by `queue_bound` (the entry's device computing the
+    early branches' inputs one after another, the exit's queuing the late branches' outputs);
+    the larger of the two is returned.
 
     Parameters
     ----------
     problem : PlacementProblem
         Devices all interchangeable (``len(problem.identical_devices) == 1``).
     settings : SolverSettings
-        Budget for each of (at most) two CP-SAT runs.
+        Budget for each of (at most) four CP-SAT runs.
 
     Returns
     -------
@@ -127,7 +131,8 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[
         value, cut = _segment_relaxation(settings, costs, head_off, tail_off, entry, exit_, exit_device)
         best = value if best is None else min(best, value)
         capped = capped or cut
-    return max(trivial, int(best)), capped
+    queues, cut = queue_bound(problem, settings)  # the order this relaxation drops, at the two ends
+    return max(trivial, int(best), queues), capped or cut
 
 
 def _crossing_offsets(g, dur, cross, plain, anchor, forward: bool) -> np.ndarray:
