@@ -14,7 +14,7 @@ from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import PlacementProblem
 from incsched.problems.decompose import segments, subproblem
-from incsched.solvers.cpsat.placement_queues import queue_bound
+from incsched.solvers.cpsat.placement_queues import QUEUE_MAX_CHILDREN, queue_bound
 from incsched.solvers.cpsat.placement_segments import segment_bound
 
 from test_placement_local import EXACT, fork_joins, problem_of
@@ -53,6 +53,9 @@ def test_the_queues_need_one_entry_and_one_exit():
     assert queue_bound(two_sinks, EXACT) == (two_sinks.lower_bound_ticks(), False)
     one_device = heads(2, 1)
     assert queue_bound(one_device, EXACT) == (one_device.lower_bound_ticks(), False)
+    wide = heads(QUEUE_MAX_CHILDREN // 2 + 1, 4)  # two children per head: past the cap, no model
+    assert queue_bound(wide, EXACT) == (wide.lower_bound_ticks(), False)
+    assert queue_bound(wide, EXACT, lower=wide.lower_bound_ticks() + 7) == (wide.lower_bound_ticks() + 7, False)
 
 
 def test_a_node_that_is_both_a_child_of_the_entry_and_a_parent_of_the_exit():

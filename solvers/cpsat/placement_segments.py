@@ -131,8 +131,9 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[
         value, cut = _segment_relaxation(settings, costs, head_off, tail_off, entry, exit_, exit_device)
         best = value if best is None else min(best, value)
         capped = capped or cut
-    queues, cut = queue_bound(problem, settings)  # the order this relaxation drops, at the two ends
-    return max(trivial, int(best), queues), capped or cut
+    best = max(trivial, int(best))
+    queues, cut = queue_bound(problem, settings, lower=best)  # the order this relaxation drops, at the two ends
+    return max(best, queues), capped or cut
 
 
 def _crossing_offsets(g, dur, cross, plain, anchor, forward: bool) -> np.ndarray:
