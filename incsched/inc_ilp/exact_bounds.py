@@ -24,6 +24,7 @@ from ..problems.decompose import segments
 from ..problems.placement import PlacementProblem
 from ..solvers.cpsat.params import wall_cap
 from ..solvers.cpsat.placement_bounds import window_bound
+from ..solvers.cpsat.placement_queues import queue_bound
 
 __all__ = ["placement_bound_cpsat"]
 
@@ -34,7 +35,9 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
 
     Each node's head and tail are first raised by the exact optimum of a small window of its
     nearest ancestors (descendants), then every combinatorial family runs on those heads, on the
-    whole problem and on each segment between cut nodes (identical segments solved once).
+    whole problem and on each segment between cut nodes (identical segments solved once; the
+    segments' half of the budget by size), and on a problem with one entry and one exit the
+    order at its two ends (`incsched.solvers.cpsat.placement_queues.queue_bound`) raises it again.
 
     Parameters
     ----------
@@ -94,17 +97,27 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
         capped[0] = capped[0] or not info["reproducible"]
         det = placement_bound_details(p, segments=False, head=info["head"], tail=info["tail"], flow=flow, should_stop=past_clock)
         memo[key] = max(int(wb), det["bound"])
+        if not past_clock():  # a fork-join segment: the order at its two ends (a no-op on other shapes)
+            left = settings.time_limit - (spent[0] if settings.deterministic else time.perf_counter() - started)
+            wall = {"wall_cap_s": max(clock - time.perf_counter(), 1e-3)} if settings.deterministic else {}
+            qb, cut = queue_bound(p, replace(settings, time_limit=max(1e-3, min(share, left)), **wall), lower=memo[key])
+            capped[0] = capped[0] or cut
+            memo[key] = max(memo[key], qb)
         return memo[key]
 
-    n_parts = len(segments(problem)) if problem.n_nodes else 1
+    parts = segments(problem) if problem.n_nodes else [[]]
+    n_parts = len(parts)
     share = settings.time_limit / (2 if n_parts > 1 else 1)
+    # the segments' half by size: a segment of one or two nodes needs next to nothing
+    big = sum(len(nodes) for nodes in parts if len(nodes) > 2) or 1
     if combinatorial is None:
         combinatorial = placement_bound_details(problem, flow=flow, should_stop=past_clock)["bound"]
     families = {"combinatorial": int(combinatorial)}
     if problem.n_nodes and problem.n_devices > 1:
         families["windows"] = strong(problem, share)
         if n_parts > 1:
-            families["window_segment_sum"] = segment_sum_bound(problem, lambda sub: strong(sub, share / n_parts), past_clock)
+            families["window_segment_sum"] = segment_sum_bound(
+                problem, lambda sub: strong(sub, share * (sub.n_nodes / big if sub.n_nodes > 2 else 0.01)), past_clock)
     bound = max(families.values())
     return int(bound), {"families": families, "reproducible": bool(settings.deterministic and not capped[0]), "work": work[0],
                         "seconds": time.perf_counter() - started}

@@ -178,6 +178,9 @@ class Tuning:
     placement_segment_search_share: float = 0.7
     placement_segment_wall_split: tuple[float, float] = (0.2, 0.8)
     placement_segment_min_seconds: float = 0.2
+    #: Of the segment phase's bounds pass, the share every segment's relaxation gets before the
+    #: probes (they get the rest): the relaxations close in a second or two and give most of the bound.
+    placement_relaxation_pass_share: float = 0.6
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

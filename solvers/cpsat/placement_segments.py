@@ -79,7 +79,7 @@ class _SegmentCosts:
 # ---------------------------------------------------------------------- a relaxation that bounds a segment
 
 
-def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[int, bool]:
+def segment_bound(problem: PlacementProblem, settings: SolverSettings, lower: int | None = None) -> tuple[int, bool]:
     """A lower bound on the makespan of a single-entry, single-exit placement problem of identical devices.
 
     Relaxation of the exact model that keeps what makes transfers expensive and drops the order:
@@ -100,12 +100,16 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[
         Devices all interchangeable (``len(problem.identical_devices) == 1``).
     settings : SolverSettings
         Budget for each of (at most) four CP-SAT runs.
+    lower : int, optional
+        A bound already proven (the combinatorial families on this problem): the queues start
+        from it.
 
     Returns
     -------
     (int, bool)
-        The bound in ticks (at least ``problem.lower_bound_ticks()``), and whether a deterministic
-        run was cut by the wall clock (then the bound, though valid, may differ between runs).
+        The bound in ticks (at least ``problem.lower_bound_ticks()`` and ``lower``), and whether a
+        deterministic run was cut by the wall clock (then the bound, though valid, may differ
+        between runs).
 
     Examples
     --------
@@ -117,23 +121,25 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings) -> tuple[
     (12, (22, False))
     """
     g = problem.graph
-    trivial = problem.lower_bound_ticks()
+    trivial = max(problem.lower_bound_ticks(), int(lower or 0))
     if problem.n_nodes < 3 or problem.n_devices < 2 or len(problem.identical_devices) != 1 or np.any(~problem.allowed_devices()):
         return trivial, False
+    # the order this relaxation drops, kept at the two ends; first, as it is quick where it applies
+    queues, capped = queue_bound(problem, settings, lower=trivial)
     costs = _SegmentCosts.of(problem)
     sources = np.flatnonzero(g.in_degree == 0)
     sinks = np.flatnonzero(g.out_degree == 0)
     entry = int(sources[0]) if len(sources) == 1 else None
     exit_ = int(sinks[0]) if len(sinks) == 1 else None
     head_off, tail_off = costs.offsets(entry, exit_)
-    best, capped = None, False
+    best = None
     for exit_device in ([0, 1] if exit_ is not None else [None]):
         value, cut = _segment_relaxation(settings, costs, head_off, tail_off, entry, exit_, exit_device)
         best = value if best is None else min(best, value)
         capped = capped or cut
-    best = max(trivial, int(best))
-    queues, cut = queue_bound(problem, settings, lower=best)  # the order this relaxation drops, at the two ends
-    return max(best, queues), capped or cut
+        if best <= queues:
+            break  # the smaller of the two cases can no longer raise the bound
+    return max(queues, int(best)), capped
 
 
 def _crossing_offsets(g, dur, cross, plain, anchor, forward: bool) -> np.ndarray:
