@@ -154,7 +154,7 @@ class _Queues:
             return below[length]
 
         w_end, w_iv = {}, {}
-        for w, c in self.children.items():
+        for w in self.children:
             start, end = m.NewIntVar(ds, horizon, ""), m.NewIntVar(ds, horizon, "")
             w_end[w], w_iv[w] = end, m.NewOptionalIntervalVar(start, dur[w], end, early[w], f"child[{w}]")
             m.Add(end + self.tail[w] <= T).OnlyEnforceIf(early[w])
