@@ -10,6 +10,11 @@ from incsched.evaluate import simulate
 from incsched.evaluate.stage import evaluate_stages
 from incsched.graph import CompGraph
 from incsched.problems import Device, Links, Placement, PlacementProblem
+from incsched.solvers import SolverSettings
+
+# For MILP checks that must end in a proof: CBC's limit is wall clock, and a loaded CI host once
+# stalled it past 5 s on a 3-node model. A small model proves in well under a second when quiet.
+MILP_PROOF = SolverSettings(time_limit=120.0, deterministic=True)
 
 
 def small_placement_problem(n, edges, secs, out, *, D=2, speeds=None, latency=0.0, bandwidth=10.0, memory=None, params=None):

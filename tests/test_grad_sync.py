@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oracles import MILP_PROOF
+
 from incsched.bounds import stage_term_bounds
 from incsched.evaluate.stage import evaluate_stages
 from incsched.graph import CompGraph
@@ -83,7 +85,7 @@ def test_cpsat_milp_and_inc_ilp_prove_the_brute_force_step(problem):
     from incsched.front_door import solve
 
     best, arg = brute_force(problem)
-    cpsat, milp = solve_stage(problem, FAST), solve_stage_milp(problem, FAST)
+    cpsat, milp = solve_stage(problem, FAST), solve_stage_milp(problem, MILP_PROOF)
     r = solve(problem, time_limit=60)  # ends at its proof (milliseconds); 10 s once fell short under load
     if best is None:
         assert cpsat.status == milp.status == r.status == "infeasible"
@@ -130,7 +132,7 @@ def test_a_weight_held_on_three_stages_syncs_on_each():
     assert pair.stage_sync.tolist() == [25, 0, 25] and pair.grad_sync_peak == 25
     assert evaluate_stages(p, [1, 1, 1]).grad_sync_peak == 0
     best, _ = brute_force(p)
-    for out in (solve_stage(p, FAST), solve_stage_milp(p, FAST)):
+    for out in (solve_stage(p, FAST), solve_stage_milp(p, MILP_PROOF)):
         assert out.status == "optimal" and out.objective == best
 
 

@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oracles import MILP_PROOF
+
 from incsched import solve
 from incsched.baselines.stage import STAGE_BASELINES
 from incsched.baselines.stage_local import improve_by_moves
@@ -110,7 +112,7 @@ def test_cpsat_and_milp_optima_equal_the_oracle(seed, kind):
     problem = problems(random_shared_graph(seed))[kind]
     truth = oracle(problem)
     cp = solve_stage(problem, FAST)
-    milp = solve_stage_milp(problem, FAST)
+    milp = solve_stage_milp(problem, MILP_PROOF)
     if truth is None:
         assert cp.status == "infeasible" and milp.status == "infeasible"
         return

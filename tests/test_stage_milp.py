@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from test_stage_problem import diamond, stage_instances
 
+from oracles import MILP_PROOF
+
 from incsched.evaluate.stage import evaluate_stages
 from incsched.problems.stage import StageProblem
 from incsched.solvers import SolverSettings
@@ -20,7 +22,7 @@ FAST = SolverSettings(time_limit=20.0, deterministic=True)
 @given(stage_instances(min_nodes=6, max_nodes=15, max_stages=4))
 @settings(max_examples=12, deadline=None)
 def test_cbc_and_cpsat_agree_on_the_optimum(problem):
-    milp = solve_stage_milp(problem, FAST)
+    milp = solve_stage_milp(problem, MILP_PROOF)
     cpsat = solve_stage(problem, FAST)
     assert milp.status == cpsat.status, (milp.info, cpsat.info)
     if cpsat.status == "infeasible":
@@ -35,16 +37,16 @@ def test_cbc_and_cpsat_agree_on_the_optimum(problem):
 def test_window_and_warm_start():
     p = StageProblem.peer(diamond(), 3)
     lo, hi = np.array([1, 1, 1, 1]), np.array([2, 2, 2, 2])
-    out = solve_stage_milp(p, FAST, window=(lo, hi), hint=np.array([1, 1, 2, 2]))
+    out = solve_stage_milp(p, MILP_PROOF, window=(lo, hi), hint=np.array([1, 1, 2, 2]))
     assert out.status == "optimal" and np.all((out.assignment >= 1) & (out.assignment <= 2))
     assert out.objective == solve_stage(p, FAST, window=(lo, hi)).objective
 
 
 def test_infeasible_capacity_is_reported():
-    out = solve_stage_milp(StageProblem.peer(diamond(), 3, capacity=39), FAST)
+    out = solve_stage_milp(StageProblem.peer(diamond(), 3, capacity=39), MILP_PROOF)
     assert out.status == "infeasible" and "'d'" in out.info["reason"]
     g = diamond().replace(param_bytes=[6, 6, 6, 0], edge_bytes=[0, 0, 0, 0])
-    out = solve_stage_milp(StageProblem.peer(g, 2, capacity=10), FAST)
+    out = solve_stage_milp(StageProblem.peer(g, 2, capacity=10), MILP_PROOF)
     assert out.status == "infeasible"
 
 

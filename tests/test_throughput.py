@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracles import brute_force_stages as brute_force
+from oracles import MILP_PROOF, brute_force_stages as brute_force
 
 from incsched.bounds import stage_lower_bound, stage_term_bounds
 from incsched.evaluate.stage import evaluate_stages
@@ -195,7 +195,7 @@ def test_milp_models_the_pipeline_and_finds_the_brute_force_optimum(problem):
     # The sends and the slowest stage as epigraph rows (its cross-check of CP-SAT on the training step).
     from incsched.solvers.milp.stage import solve_stage_milp
 
-    out, best = solve_stage_milp(problem, FAST), brute_force(problem)
+    out, best = solve_stage_milp(problem, MILP_PROOF), brute_force(problem)
     if best is None:
         assert out.status == "infeasible"
         return
@@ -208,7 +208,7 @@ def test_milp_refuses_recompute_inputs_in_one_line():
     g = CompGraph(["a", "b"], ["a"], ["b"], param_bytes=[10, 30], out_bytes=[5, 0])
     p = StageProblem.pipeline(g, 2, memory=10**6, mode="training", recompute=True)
     with pytest.raises(ProblemError, match="does not model the inputs a stage keeps under recompute") as err:
-        solve_stage_milp(p, FAST)
+        solve_stage_milp(p, MILP_PROOF)
     assert "\n" not in str(err.value)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from oracles import brute_force_stages as brute_force
+from oracles import MILP_PROOF, brute_force_stages as brute_force
 from torch import nn
 
 from incsched.baselines.stage import pipeline_dp
@@ -118,5 +118,5 @@ def test_the_kept_output_decides_the_optimum_and_every_back_end_agrees():
     assert pulp
     from incsched.solvers.milp.stage import solve_stage_milp
 
-    milp = solve_stage_milp(p, FAST)
+    milp = solve_stage_milp(p, MILP_PROOF)
     assert milp.status == "optimal" and milp.objective == best

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracles import brute_force_stages as brute_force
+from oracles import MILP_PROOF, brute_force_stages as brute_force
 
 from incsched.baselines.stage import pipeline_dp
 from incsched.capture import capture
@@ -179,7 +179,7 @@ def test_milp_and_cpsat_meet_the_brute_force_optimum_under_training_memory(probl
     from incsched.solvers.milp.stage import solve_stage_milp
 
     best = brute_force(problem)
-    milp, cpsat = solve_stage_milp(problem, FAST), solve_stage(problem, FAST)
+    milp, cpsat = solve_stage_milp(problem, MILP_PROOF), solve_stage(problem, FAST)
     if best is None:
         assert milp.status == cpsat.status == "infeasible"
         return
@@ -191,7 +191,7 @@ def test_milp_refuses_what_it_does_not_model():
 
     p = StageProblem(chain3(), 2, ObjectiveWeights(mem_peak=1), memory=500, micro_batches=2, mode="training", recompute=True)
     with pytest.raises(ProblemError, match="recompute"):
-        solve_stage_milp(p, FAST)
+        solve_stage_milp(p, MILP_PROOF)
 
 
 @given(memory_problems("throughput"))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracles import brute_force_stages as brute_force
+from oracles import MILP_PROOF, brute_force_stages as brute_force
 
 from incsched.baselines.stage import STAGE_BASELINES, pipeline_dp
 from incsched.baselines.stage_local import improve_by_moves
@@ -72,7 +72,7 @@ def test_a_slow_sync_no_longer_empties_the_pipeline():
     assert pulp
     from incsched.solvers.milp.stage import solve_stage_milp
 
-    assert solve_stage_milp(p, FAST).objective == best
+    assert solve_stage_milp(p, MILP_PROOF).objective == best
 
 
 def test_training_gets_no_reduction_rules():
