@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from oracles import MILP_PROOF
 
 from incsched.bounds import stage_term_bounds

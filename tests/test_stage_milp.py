@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from test_stage_problem import diamond, stage_instances
-
 from oracles import MILP_PROOF
+from test_stage_problem import diamond, stage_instances
 
 from incsched.evaluate.stage import evaluate_stages
 from incsched.problems.stage import StageProblem

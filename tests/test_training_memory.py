@@ -191,7 +191,7 @@ def test_milp_refuses_what_it_does_not_model():
 
     p = StageProblem(chain3(), 2, ObjectiveWeights(mem_peak=1), memory=500, micro_batches=2, mode="training", recompute=True)
     with pytest.raises(ProblemError, match="recompute"):
-        solve_stage_milp(p, MILP_PROOF)
+        solve_stage_milp(p, FAST)
 
 
 @given(memory_problems("throughput"))
