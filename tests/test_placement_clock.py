@@ -107,6 +107,22 @@ def test_segment_proofs_build_no_decision_model_after_the_stop():
     assert time.perf_counter() - t0 < 2.5
 
 
+def test_segment_proofs_keep_to_their_seconds():
+    # A caller's few seconds cover the offsets' solves and every probe, not each run alone.
+    p = _transformer(4)
+    nodes = max(segments(p), key=len)
+    i = segments(p).index(nodes)
+    sub = subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ())
+    upper = 10 * sub.lower_bound_ticks()
+    t0 = time.perf_counter()
+    bound, probes = segment_proof_bound(sub, upper, SolverSettings(time_limit=5.0, deterministic=True), probes=12, seconds=0.5)
+    assert time.perf_counter() - t0 < 0.5 + 2.0  # one model built after the last check, on a loaded machine
+    assert sub.lower_bound_ticks() <= bound < upper and len(probes) < 12
+    t0 = time.perf_counter()
+    bound, probes = segment_proof_bound(sub, upper, SolverSettings(time_limit=5.0, deterministic=True), probes=12, seconds=0.0)
+    assert probes == [] and bound == sub.lower_bound_ticks() and time.perf_counter() - t0 < 1.0
+
+
 def _context(p, **kw) -> Context:
     return Context(p, time_limit=kw.pop("time_limit", 60.0), check=lambda *a: None, workers=1, seed=0, **kw)
 

@@ -15,11 +15,12 @@ from incsched.evaluate.simulate import simulate
 from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.graph import CompGraph
 from incsched.inc_ilp.placement import solve_cpsat
+from incsched.inc_ilp.tuning import Tuning
 from incsched.problems import Device, Links, PlacementProblem
 from incsched.problems.decompose import compose, cut_nodes, decomposable, segments, subproblem
 from incsched.front_door import solve
 from incsched.solvers import SolverSettings
-from incsched.solvers.cpsat.placement_segments import segment_bound, segment_decision, segment_proof_bound
+from incsched.solvers.cpsat.placement_segments import CLOSE_GAP, segment_bound, segment_decision, segment_proof_bound
 
 EXACT = SolverSettings(time_limit=10.0, max_deterministic_time=5.0)
 
@@ -166,12 +167,18 @@ def test_inc_ilp_on_a_transformer_reports_the_segment_bound():
 @pytest.mark.slow
 def test_inc_ilp_segment_phase_runs_the_decision_proofs():
     p = transformer_problem(heads=2, ffn_tiles=2)
-    r = solve(p, "inc-ilp", time_limit=3.0)
+    # With no least time per probed segment (3 s leave a few tenths for the probes pass), every
+    # segment its search left unproven is bounded by the relaxation and the probes after it.
+    r = solve(p, "inc-ilp", time_limit=3.0, tuning=Tuning(placement_probe_seconds_per_node=0.0))
     phases = [w for w in r.provenance["steps"] if w["phase"] == "segment"]
-    # every segment its search left unproven is bounded by the relaxation and the probes after it
     assert phases and all(w["status"] == "optimal" or ("probes" in w and w["bound"] >= w["relaxation"]) for w in phases)
     assert any("probes" in w for w in phases)
     assert all(w["bound"] <= w["objective"] for w in phases if w["objective"] is not None)
+    # A segment the pass cannot give its least time is not probed at all; its bound still holds.
+    r = solve(p, "inc-ilp", time_limit=3.0, tuning=Tuning(placement_probe_seconds_per_node=100.0))
+    phases = [w for w in r.provenance["steps"] if w["phase"] == "segment"]
+    assert phases and not any("probes" in w for w in phases)
+    assert r.lower_bound <= r.objective and all(w["bound"] <= w["objective"] for w in phases if w["objective"] is not None)
 
 
 # ---------------------------------------------------------------------- the segment decision model (proofs)
@@ -196,8 +203,13 @@ def test_segment_decision_on_identical_branches_and_twins():
     assert segment_decision(p, opt, EXACT) == "feasible"
     assert segment_decision(p, opt - 1, EXACT) == "infeasible"
     bound, probes = segment_proof_bound(p, opt, EXACT)
-    assert bound == opt and probes[0] == {"makespan": opt - 1, "verdict": "infeasible", "seconds": probes[0]["seconds"],
-                                          "wall_capped": False}
+    assert bound == opt and {"makespan": opt - 1, "verdict": "infeasible"} in [{k: pr[k] for k in ("makespan", "verdict")} for pr in probes]
+    assert not any(pr["wall_capped"] for pr in probes)
+    # From a wide gap the probes start a third of the way up; from within CLOSE_GAP, at the incumbent.
+    lower = p.lower_bound_ticks()
+    assert opt - 1 - lower > CLOSE_GAP * opt and probes[0]["makespan"] == lower + (opt - 1 - lower) // 3
+    _, close = segment_proof_bound(p, opt, EXACT, lower=opt - 1 - int(CLOSE_GAP * opt))
+    assert close[0]["makespan"] == opt - 1 and close[0]["verdict"] == "infeasible"
 
 
 @pytest.mark.slow  # solves cut by the wall clock

@@ -171,6 +171,11 @@ class Tuning:
     #: over at most this many bisection probes of two runs each.
     placement_proof_share: float = 0.2
     placement_proof_probes: int = 4
+    #: Where the clock is the budget, a segment is probed only with at least this many wall seconds
+    #: per node: the decision models' offsets take about a second and a refutation another on a
+    #: 42-op MLP (quiet machine); with a tenth of a second per run, every probe of 60-s transformer
+    #: runs went undecided.
+    placement_probe_seconds_per_node: float = 0.04
     #: Where the clock is the budget: the share of the segment phase's wall seconds its search pass
     #: gets (the bounds pass has the rest); a segment's part of a pass (by size, of what the pass
     #: has left) goes to local search from the incumbent's schedule and to CP-SAT in these shares,

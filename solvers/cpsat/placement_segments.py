@@ -20,7 +20,7 @@ from incsched.problems import PlacementProblem
 from incsched.problems.decompose import subproblem
 
 from .. import SolverSettings
-from .params import make_solver, wall_capped
+from .params import make_solver, wall_cap, wall_capped
 from .placement import first_use_chain
 from .placement_queues import queue_bound
 
@@ -288,7 +288,7 @@ def segment_decision(problem: PlacementProblem, makespan: int, settings: SolverS
 
 
 def _decide(costs: _SegmentCosts, makespan: int, entry: int, exit_: int, offsets, settings: SolverSettings,
-            capped: list[bool] | None = None) -> str:
+            capped: list[bool] | None = None, deadline: float | None = None) -> str:
     """`segment_decision` once the shape is checked and the offsets known (bisection reuses both)."""
     head, tail = offsets
     for exit_device in (0, 1):
@@ -297,14 +297,15 @@ def _decide(costs: _SegmentCosts, makespan: int, entry: int, exit_: int, offsets
         model = _DecisionModel(costs, makespan, entry, exit_, exit_device, head, tail)
         if model.infeasible:
             continue
-        solver, code = _solve_decision(model.model, settings, capped)
+        solver, code = _solve_decision(model.model, _until(settings, deadline), capped)
         verdict = {cp_model.INFEASIBLE: "infeasible", cp_model.OPTIMAL: "feasible", cp_model.FEASIBLE: "feasible"}.get(code, "unknown")
         if verdict != "infeasible":
             return verdict  # an open case settles nothing: the other one need not be run
     return "infeasible"
 
 
-def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverSettings, *, lower: int | None = None, probes: int = 12) -> tuple[int, list[dict]]:
+def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverSettings, *, lower: int | None = None, probes: int = 12,
+                        seconds: float | None = None) -> tuple[int, list[dict]]:
     """The largest makespan bound `segment_decision` proves below ``upper``, by bisection.
 
     Parameters
@@ -319,6 +320,20 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
         A bound already proven (default ``problem.lower_bound_ticks()``).
     probes : int
         Most decisions tried.
+    seconds : float, optional
+        Wall seconds for the whole bisection, the offsets' solves included: each CP-SAT run may
+        take what is left of them (within ``settings``' own caps), and no probe starts after.
+        A caller with a few seconds for several probes gives them this way rather than as a
+        per-run cap: a refutation needs about a second of wall time on a 42-58-op segment while
+        an undecided probe runs to its limit, and caps of a tenth of a second each decided
+        nothing (60-s runs on tblock2_d4: every probe undecided, the bound as before).
+
+    Each probe tries the makespan a third of the way up the gap left; ``upper - 1`` comes first
+    only when the gap is within `CLOSE_GAP` of ``upper`` (then the incumbent may well be optimal
+    and one refutation closes the gap). A refutation comes in about a second, an undecided probe
+    runs to its limit, so the cheaper side goes first: a 42-op transformer MLP on 4 devices
+    (gap 166,820-175,910) refuted 171,364 in 0.9 s but nothing from 171,577 up in 2-4 s each,
+    and ``upper - 1`` first had cost 2 s for nothing.
 
     Returns
     -------
@@ -333,14 +348,15 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
     shape = _segment_shape(problem)
     if shape is None or problem.n_devices == 1 or shape[0] == shape[1] or lo > hi:
         return lo, log_
+    deadline = None if seconds is None else time.perf_counter() + max(float(seconds), 0.0)
     capped: list[bool] = []  # per CP-SAT run: cut by the wall clock (the first probe also owns the offsets' runs)
     costs = _SegmentCosts.of(problem)
-    offsets = _off_device_offsets(problem, costs, shape[0], shape[1], settings, capped)
-    while lo <= hi and len(log_) < probes and not _stopped(settings):
-        # Refuting upper - 1 first closes the gap at once when the incumbent is optimal.
-        t = hi if not log_ else (lo + hi) // 2
+    offsets = _off_device_offsets(problem, costs, shape[0], shape[1], settings, capped, deadline)
+    close = hi - lo <= CLOSE_GAP * upper
+    while lo <= hi and len(log_) < probes and not _stopped(settings) and (deadline is None or time.perf_counter() < deadline):
+        t = hi if close and not log_ else lo + (hi - lo) // 3
         started, runs = time.perf_counter(), len(capped) if log_ else 0
-        verdict = _decide(costs, t, shape[0], shape[1], offsets, settings, capped)
+        verdict = _decide(costs, t, shape[0], shape[1], offsets, settings, capped, deadline)
         log_.append({"makespan": t, "verdict": verdict, "seconds": time.perf_counter() - started, "wall_capped": any(capped[runs:])})
         if verdict == "infeasible":
             lo = t + 1
@@ -348,6 +364,9 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
             hi = t - 1
     return lo, log_
 
+
+#: `segment_proof_bound` probes ``upper - 1`` first when the gap is at most this share of ``upper``.
+CLOSE_GAP = 0.01
 
 #: Nodes with at most this many ancestors (descendants) get their off-device offset from an exact solve.
 _OFFSET_NODES = 16
@@ -380,13 +399,14 @@ def _relatives(g, forward: bool) -> list[set[int]]:
 
 
 def _off_device_offsets(problem, costs: _SegmentCosts, entry: int, exit_: int, settings: SolverSettings,
-                        capped: list[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        capped: list[bool] | None = None, deadline: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Earliest start of each node off the entry's device, least tail of each node off the exit's device.
 
     Start from the cheapest-crossing offsets of `segment_bound`; for a node with few ancestors,
     the optimum of "the node's ancestors and the node, entry on device 0, the node elsewhere" is
     a valid earliest start (dropping every other node only relaxes the problem), and likewise for
     tails with the descendants. Identical small problems (repeated branches) are solved once.
+    None is solved after ``deadline`` (a `time.perf_counter` reading), each within what is left of it.
     """
     g, dur = problem.graph, costs.dur
     head, tail = costs.offsets(entry, exit_)
@@ -396,7 +416,7 @@ def _off_device_offsets(problem, costs: _SegmentCosts, entry: int, exit_: int, s
     topo_pos[g.topological_order()] = np.arange(g.n_nodes)
     for rel, out, forward in ((_relatives(g, True), head, True), (_relatives(g, False), tail, False)):
         for v in range(g.n_nodes):
-            if not 0 < len(rel[v]) <= _OFFSET_NODES or _stopped(settings):
+            if not 0 < len(rel[v]) <= _OFFSET_NODES or _stopped(settings) or (deadline is not None and time.perf_counter() >= deadline):
                 continue  # a node left keeps its cheapest-crossing offset, which stays valid
             nodes = sorted(rel[v] | {v}, key=lambda u: topo_pos[u])
             sub = subproblem(problem, nodes)
@@ -406,7 +426,7 @@ def _off_device_offsets(problem, costs: _SegmentCosts, entry: int, exit_: int, s
                 # The node is the sink (heads) or the source (tails) of `sub`; either way it sits off
                 # the device of the other end, which is device 0 for the source.
                 model = _DecisionModel(_SegmentCosts.of(sub), None, s_entry, s_exit, 1, None, None)
-                solver, _ = _solve_decision(model.model, small, capped)
+                solver, _ = _solve_decision(model.model, _until(small, deadline), capped)
                 cache[key] = int(solver.BestObjectiveBound())
             out[v] = max(int(out[v]), cache[key] - int(dur[v]))
     return head, tail
@@ -437,6 +457,16 @@ def _stopped(settings: SolverSettings) -> bool:
 
 def _capped(settings: SolverSettings, seconds: float) -> SolverSettings:
     return replace(settings, time_limit=min(settings.time_limit, seconds), max_deterministic_time=None)
+
+
+def _until(settings: SolverSettings, deadline: float | None) -> SolverSettings:
+    """``settings`` with its wall clock cut to end by ``deadline`` (a `time.perf_counter` reading)."""
+    if deadline is None:
+        return settings
+    rest = max(deadline - time.perf_counter(), 1e-3)
+    if settings.deterministic:
+        return replace(settings, wall_cap_s=min(wall_cap(settings), rest))
+    return replace(settings, time_limit=min(settings.time_limit, rest))
 
 
 class _DecisionModel:
