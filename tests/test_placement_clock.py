@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from incsched.baselines import placement_local
 from incsched.baselines.placement_local import local_search
 from incsched.bounds.placement import energetic_heads, transfer_heads
@@ -121,6 +123,8 @@ def test_segment_proofs_keep_to_their_seconds():
     t0 = time.perf_counter()
     bound, probes = segment_proof_bound(sub, upper, SolverSettings(time_limit=5.0, deterministic=True), probes=12, seconds=0.0)
     assert probes == [] and bound == sub.lower_bound_ticks() and time.perf_counter() - t0 < 1.0
+    with pytest.raises(ValueError, match="seconds must be a finite number"):
+        segment_proof_bound(sub, upper, SolverSettings(time_limit=5.0), seconds=float("nan"))
 
 
 def _context(p, **kw) -> Context:

@@ -9,6 +9,7 @@ tails with free transfers are computed once per problem (`_SegmentCosts`) and sh
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, replace
 
@@ -332,8 +333,8 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
     only when the gap is within `CLOSE_GAP` of ``upper`` (then the incumbent may well be optimal
     and one refutation closes the gap). A refutation comes in about a second, an undecided probe
     runs to its limit, so the cheaper side goes first: a 42-op transformer MLP on 4 devices
-    (gap 166,820-175,910) refuted 171,364 in 0.9 s but nothing from 171,577 up in 2-4 s each,
-    and ``upper - 1`` first had cost 2 s for nothing.
+    (gap 166,820-175,910, 0.25 deterministic s a run) refuted 171,364 in 0.9 s but nothing from
+    171,577 up in 1.3-3.7 s each, and ``upper - 1`` first had cost 2 s for nothing.
 
     Returns
     -------
@@ -342,6 +343,8 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
         ``upper`` is optimal), and each probe's ``makespan``, ``verdict``, ``seconds`` and
         ``wall_capped`` (a deterministic run cut by the wall clock: the bound may not repeat).
     """
+    if seconds is not None and not math.isfinite(seconds):
+        raise ValueError(f"segment_proof_bound: seconds must be a finite number, got {seconds!r}")
     lo = max(int(lower if lower is not None else 0), problem.lower_bound_ticks())  # proven: optimum >= lo
     hi = int(upper) - 1  # the largest makespan still worth refuting
     log_: list[dict] = []
