@@ -295,3 +295,31 @@ def test_segments_on_devices_of_two_kinds_keep_their_cut_nodes_in_place():
     assert r.objective <= min(v for v in start["scores"].values() if v is not None)
     searched = [s for s in steps if s["phase"] == "segment"]
     assert searched and all(s["pinned_cut_nodes"] and "probes" not in s for s in searched)  # no bound read from a pinned segment
+
+
+@given(fork_joins(max_width=3, max_blocks=2))
+@settings(max_examples=12, deadline=None)
+def test_the_bound_phase_bounds_each_segment_below_its_optimum(p):
+    # inc-ilp's segment phase starts each segment from these: each must hold for the segment's own problem.
+    from incsched.inc_ilp.exact_bounds import placement_bound_cpsat
+
+    _, info = placement_bound_cpsat(p, SolverSettings(time_limit=5.0))
+    assert info["queued"] <= set(info["parts"])
+    for i, nodes in enumerate(segments(p)):
+        sub = subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ())
+        if sub.signature() in info["parts"]:
+            out = solve_cpsat(sub, EXACT)
+            assert out.status == "optimal"
+            assert info["parts"][sub.signature()] <= out.objective
+
+
+@pytest.mark.slow
+def test_the_segment_phase_starts_from_the_bound_phases_segment_bounds():
+    p = transformer_problem(n_blocks=2, heads=4, ffn_tiles=3)
+    r = solve(p, "inc-ilp", time_limit=8.0)
+    phases = [w for w in r.provenance["steps"] if w["phase"] == "segment"]
+    started = [w for w in phases if "bound_phase" in w]
+    assert started, phases
+    assert all(w["bound_phase"] <= w["bound"] <= w["objective"] for w in started)
+    families = next(w for w in r.provenance["steps"] if w["phase"] == "bound")["families"]
+    assert r.lower_bound >= families.get("window_segment_sum", 0)

@@ -110,6 +110,8 @@ class Context:
     best_phase: str | None = None
     lower_bound: int | Fraction | None = None
     bound_source: str = ""
+    part_bounds: dict[bytes, int] = field(default_factory=dict)  # the bound phase's, of the whole problem and each segment, by signature
+    queued_parts: set[bytes] = field(default_factory=set)  # ... and those whose two queues (`queue_bound`) it ran
     window_optimal: bool = False  # the best answer is the proven optimum of the last window solved
     proven: bool = False  # the full model proved the best answer optimal (or the problem infeasible)
     infeasible_reason: str | None = None

@@ -28,6 +28,14 @@ from ..solvers.cpsat.placement_queues import queue_bound
 
 __all__ = ["placement_bound_cpsat"]
 
+#: On a problem with cut nodes, the whole problem's windows get this share of the budget and the
+#: segments the rest. With half each (before), the whole problem's windows never gave the bound on
+#: the seven transformer-block instances of benchmarks/placement_gaps.py (tblock2_d8: 350,394
+#: against the segments' 457,651), and the segments, starved, were cut by the wall clock on 8
+#: devices: at 6 deterministic s (a 60-s run's), a tenth gave tblock3_d8 342,217 in 9.8 s where
+#: half gave 326,816 in 15 s, cut; tblock2_d8 461,114 in 8.9 s against 457,651 in 12.9 s.
+WHOLE_SHARE_WITH_SEGMENTS = 0.1
+
 
 def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: int | None = None, *,
                           energetic_max_nodes: int = ENERGETIC_WINDOW_MAX_NODES, flow: bool | None = None) -> tuple[int, dict]:
@@ -63,7 +71,9 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
         The bound in ticks (at least `placement_lower_bound`'s) and ``info``: ``families`` (each value),
         ``reproducible`` (deterministic settings and no window cut or skipped by the clock: the
         same bound on every rerun, whatever the load), ``work`` (CP-SAT deterministic seconds),
-        ``seconds``.
+        ``seconds``, ``parts`` (the bound of the whole problem and of each segment bounded, by
+        `PlacementProblem.signature` of its `subproblem`: inc-ilp's segment phase starts from them)
+        and ``queued`` (the signatures whose `queue_bound` ran).
     """
     started = time.perf_counter()
     clock = started + (wall_cap(settings) if settings.deterministic else settings.time_limit)  # the user's clock
@@ -71,6 +81,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
     spent = [0.0]  # of settings.time_limit: deterministic seconds in deterministic mode, else wall
     work = [0.0]  # CP-SAT deterministic seconds
     memo: dict[bytes, int] = {}
+    queued: set[bytes] = set()  # problems whose two queues ran to the end (the segment phase need not run them again)
 
     def past_clock() -> bool:
         if time.perf_counter() < clock and not (settings.stop is not None and settings.stop.stopped):
@@ -103,12 +114,16 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
             qb, cut = queue_bound(p, replace(settings, time_limit=max(1e-3, min(share, left)), **wall), lower=memo[key])
             capped[0] = capped[0] or cut
             memo[key] = max(memo[key], qb)
+            if not cut:
+                queued.add(key)
         return memo[key]
 
     parts = segments(problem) if problem.n_nodes else [[]]
     n_parts = len(parts)
-    share = settings.time_limit / (2 if n_parts > 1 else 1)
-    # the segments' half by size: a segment of one or two nodes needs next to nothing
+    # With cut nodes the segments' sum is the bound that counts: the whole problem's windows get a tenth.
+    share = settings.time_limit * (WHOLE_SHARE_WITH_SEGMENTS if n_parts > 1 else 1)
+    seg_share = settings.time_limit - share
+    # the segments' part by size: a segment of one or two nodes needs next to nothing
     big = sum(len(nodes) for nodes in parts if len(nodes) > 2) or 1
     if combinatorial is None:
         combinatorial = placement_bound_details(problem, flow=flow, should_stop=past_clock)["bound"]
@@ -117,7 +132,7 @@ def placement_bound_cpsat(problem: PlacementProblem, settings, combinatorial: in
         families["windows"] = strong(problem, share)
         if n_parts > 1:
             families["window_segment_sum"] = segment_sum_bound(
-                problem, lambda sub: strong(sub, share * (sub.n_nodes / big if sub.n_nodes > 2 else 0.01)), past_clock)
+                problem, lambda sub: strong(sub, seg_share * (sub.n_nodes / big if sub.n_nodes > 2 else 0.01)), past_clock)
     bound = max(families.values())
     return int(bound), {"families": families, "reproducible": bool(settings.deterministic and not capped[0]), "work": work[0],
-                        "seconds": time.perf_counter() - started}
+                        "seconds": time.perf_counter() - started, "parts": dict(memo), "queued": queued}

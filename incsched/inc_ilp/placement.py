@@ -237,6 +237,7 @@ def strengthen_bound(ctx: Context, combinatorial: int | None = None) -> None:
     ctx.spend(info["work"], wall_capped=ctx.deterministic and not info["reproducible"])
     ctx.record("bound", bound=bound, families=info["families"])
     ctx.raise_bound(bound, "cpsat-windows", "bound")
+    ctx.part_bounds, ctx.queued_parts = info["parts"], info["queued"]  # the segment phase starts from these
 
 
 def windows(ctx: Context) -> None:
@@ -505,6 +506,16 @@ def segments(ctx: Context) -> None:
         # the proof probes with what is left; in one round the first segments' probes took the
         # pass and the later segments kept their search bounds (a 60-s tblock2_d8: 1.6 s to the
         # first relaxation, 0.1 s to the third and fourth).
+        # Each segment's bound starts from the bound phase's for it (windows, every family and the
+        # queues, on the same subproblem): the relaxation and the probes raise it from there. The
+        # segment phase used to start again from the combinatorial families, and on 8 devices its
+        # sum (442,309 ticks on a 60-s tblock2_d8) stayed below the bound phase's (457,651).
+        for key in unique:
+            pl, bound, info = found[key]
+            if key in ctx.part_bounds and info:
+                info["bound_phase"] = int(ctx.part_bounds[key])
+                bound = max(bound, info["bound_phase"])
+            found[key] = pl, bound, info
         open_ = [key for key in unique if found[key][2] and found[key][1] < found[key][2]["objective"]]  # optimal: bounded
         relax_end = None if phase_end is None else ctx.elapsed() + t.placement_relaxation_pass_share * (phase_end - ctx.elapsed())
         # The probes go smallest segment first: a small segment's decision model is settled
@@ -519,7 +530,7 @@ def segments(ctx: Context) -> None:
                     continue
                 share = wall_share(key, keys_[i:], end)
                 if round_ == "relaxation":
-                    bound, more = _segment_relaxation_bound(ctx, unique[key][1], bound, share)
+                    bound, more = _segment_relaxation_bound(ctx, unique[key][1], bound, share, queues=key not in ctx.queued_parts)
                 else:
                     if end is not None:  # at least the minimum, while the pass has it
                         least, left = t.placement_probe_seconds_per_node * len(unique[key][0]), end - ctx.elapsed()
@@ -585,13 +596,14 @@ def _segment_search(ctx: Context, sub: PlacementProblem, n_nodes: int, work: flo
     return pl, bound, {"status": out.status, "objective": simulate(sub, pl, "ordered").makespan}
 
 
-def _segment_relaxation_bound(ctx: Context, sub: PlacementProblem, bound: int, share: float) -> tuple[int, dict]:
-    """A segment's bound raised by its relaxation (`segment_bound`, queues included); ``share``: of
-    the time limit, its wall cap where the clock is the budget (a third per CP-SAT run: most need
-    three, the queues' two cases and one of the relaxation's)."""
+def _segment_relaxation_bound(ctx: Context, sub: PlacementProblem, bound: int, share: float, queues: bool = True) -> tuple[int, dict]:
+    """A segment's bound raised by its relaxation (`segment_bound`, with its queues unless the bound
+    phase ran them already); ``share``: of the time limit, its wall cap where the clock is the budget
+    (a third per CP-SAT run: most need three, the queues' two cases and one of the relaxation's)."""
     # It starts from the combinatorial families on the segment alone; the queues rise from there.
     bound = max(bound, placement_lower_bound(sub))
-    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / 3), lower=bound)
+    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / (3 if queues else 1)),
+                                    lower=bound, queues=queues)
     ctx.spend(0.0, wall_capped=capped)
     return max(bound, relaxed), {"relaxation": relaxed}
 

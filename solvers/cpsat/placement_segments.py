@@ -80,7 +80,7 @@ class _SegmentCosts:
 # ---------------------------------------------------------------------- a relaxation that bounds a segment
 
 
-def segment_bound(problem: PlacementProblem, settings: SolverSettings, lower: int | None = None) -> tuple[int, bool]:
+def segment_bound(problem: PlacementProblem, settings: SolverSettings, lower: int | None = None, *, queues: bool = True) -> tuple[int, bool]:
     """A lower bound on the makespan of a single-entry, single-exit placement problem of identical devices.
 
     Relaxation of the exact model that keeps what makes transfers expensive and drops the order:
@@ -104,6 +104,8 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings, lower: in
     lower : int, optional
         A bound already proven (the combinatorial families on this problem): the queues start
         from it.
+    queues : bool
+        Run `queue_bound` (False: the caller has, and ``lower`` holds its value).
 
     Returns
     -------
@@ -126,7 +128,7 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings, lower: in
     if problem.n_nodes < 3 or problem.n_devices < 2 or len(problem.identical_devices) != 1 or np.any(~problem.allowed_devices()):
         return trivial, False
     # the order this relaxation drops, kept at the two ends; first, as it is quick where it applies
-    queues, capped = queue_bound(problem, settings, lower=trivial)
+    queues, capped = queue_bound(problem, settings, lower=trivial) if queues else (trivial, False)
     costs = _SegmentCosts.of(problem)
     sources = np.flatnonzero(g.in_degree == 0)
     sinks = np.flatnonzero(g.out_degree == 0)
