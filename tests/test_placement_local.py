@@ -323,3 +323,22 @@ def test_the_segment_phase_starts_from_the_bound_phases_segment_bounds():
     assert all(w["bound_phase"] <= w["bound"] <= w["objective"] for w in started)
     families = next(w for w in r.provenance["steps"] if w["phase"] == "bound")["families"]
     assert r.lower_bound >= families.get("window_segment_sum", 0)
+
+
+def test_segment_rounds_never_lose_their_start_and_stop_with_the_run():
+    from incsched.inc_ilp.context import Context
+    from incsched.inc_ilp.placement import _segment_rounds, make_check
+
+    p = transformer_problem(heads=4, ffn_tiles=2)
+    ctx = Context(p, time_limit=20.0, work_limit=None, deterministic=True, workers=1, seed=0, check=make_check(p))
+    nodes = max(segments(p), key=len)
+    sub = subproblem(p, nodes, instant=(nodes[0],))
+    start = critical_path_list(sub)
+    before = simulate(sub, start, "ordered").makespan
+    pl, improved = _segment_rounds(ctx, sub, start, sub.lower_bound_ticks(), 1.0, 0.1)
+    after = simulate(sub, pl, "ordered").makespan
+    assert after <= before and (improved > 0) == (after < before)
+    assert ctx.work_spent > 0  # the segment's rounds are charged to the run
+    ctx.stop.stop("interrupted")  # the run's stop (its clock, Ctrl-C) ends the segment's rounds too
+    again, improved = _segment_rounds(ctx, sub, start, sub.lower_bound_ticks(), 1.0, 0.1)
+    assert again is start and improved == 0

@@ -183,6 +183,9 @@ class Tuning:
     placement_segment_search_share: float = 0.7
     placement_segment_wall_split: tuple[float, float] = (0.2, 0.8)
     placement_segment_min_seconds: float = 0.2
+    #: Of a segment's search, the share of its whole CP-SAT model; large-neighbourhood `rounds` on
+    #: the segment alone get the rest (none when the model proved the segment optimal).
+    placement_segment_model_share: float = 0.4
     #: Of the segment phase's bounds pass, the share every segment's relaxation gets before the
     #: probes (they get the rest): the relaxations close in a second or two and give most of the bound.
     placement_relaxation_pass_share: float = 0.6
