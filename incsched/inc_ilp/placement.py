@@ -599,7 +599,7 @@ def _segment_search(ctx: Context, sub: PlacementProblem, n_nodes: int, work: flo
     bound = int(out.bound) if out.bound is not None else sub.lower_bound_ticks()
     info = {"status": out.status}
     if out.status != "optimal" and model_share < 1.0 and not ctx.stopped():
-        pl, info["rounds"] = _segment_rounds(ctx, sub, pl, bound, work * (1 - model_share), search * (1 - model_share))
+        pl, info["improving_rounds"] = _segment_rounds(ctx, sub, pl, bound, work * (1 - model_share), search * (1 - model_share))
     info["objective"] = simulate(sub, pl, "ordered").makespan
     return pl, bound, info
 

@@ -128,7 +128,7 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings, lower: in
     if problem.n_nodes < 3 or problem.n_devices < 2 or len(problem.identical_devices) != 1 or np.any(~problem.allowed_devices()):
         return trivial, False
     # the order this relaxation drops, kept at the two ends; first, as it is quick where it applies
-    queues, capped = queue_bound(problem, settings, lower=trivial) if queues else (trivial, False)
+    ends, capped = queue_bound(problem, settings, lower=trivial) if queues else (trivial, False)
     costs = _SegmentCosts.of(problem)
     sources = np.flatnonzero(g.in_degree == 0)
     sinks = np.flatnonzero(g.out_degree == 0)
@@ -140,9 +140,9 @@ def segment_bound(problem: PlacementProblem, settings: SolverSettings, lower: in
         value, cut = _segment_relaxation(settings, costs, head_off, tail_off, entry, exit_, exit_device)
         best = value if best is None else min(best, value)
         capped = capped or cut
-        if best <= queues:
+        if best <= ends:
             break  # the smaller of the two cases can no longer raise the bound
-    return max(queues, int(best)), capped
+    return max(ends, int(best)), capped
 
 
 def _crossing_offsets(g, dur, cross, plain, anchor, forward: bool) -> np.ndarray:
