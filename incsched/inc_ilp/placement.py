@@ -571,8 +571,9 @@ def _segment_search(ctx: Context, sub: PlacementProblem, n_nodes: int, work: flo
     """One segment's best placement from ``start`` (the incumbent's schedule of it), a bound, and
     what the search found (empty for a segment of one or two nodes: its answer is exact).
 
-    ``share``: of the time limit, the wall cap of its local search and CP-SAT together where the
-    clock is the budget (`Tuning.placement_segment_wall_split`). ``pinned``: the window that keeps
+    ``share``: of the time limit, the wall cap of its local search, CP-SAT and rounds together where
+    the clock is the budget (`Tuning.placement_segment_wall_split`, then
+    `Tuning.placement_segment_model_share` between the model and the rounds). ``pinned``: the window that keeps
     its cut nodes in place (devices of several kinds); local search, which knows no window, is
     then left out.
     """
@@ -616,7 +617,8 @@ def _segment_rounds(ctx: Context, sub: PlacementProblem, start: Placement, bound
                     deterministic=ctx.deterministic, workers=ctx.workers, seed=ctx.seed, check=make_check(sub),
                     tuning=replace(ctx.tuning, placement_rounds_share=1.0, closing_seconds=0.0), probing_level=ctx.probing_level,
                     stop=ctx.stop)
-    child.improve(start, child.check(start), "segment")
+    if not child.improve(start, child.check(start), "segment"):
+        return start, 0  # a start the check does not keep (over a memory) gives the rounds nothing to centre on
     child.raise_bound(bound, "segment", "segment")
     rounds(child)
     ctx.spend(child.work_spent, child.wall_capped)
