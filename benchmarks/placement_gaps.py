@@ -27,7 +27,8 @@ the baselines and ``rl``; inc-ilp (non-deterministic, ``--workers``); the streng
 bound (`placement_bound_cpsat`); on identical devices with cut nodes, per segment a CP-SAT
 incumbent and `segment_proof_bound` (the makespan is at least the sum of the segments' refuted
 makespans, see benchmarks/placement_optimum.py); last, the full CP-SAT model hinted with the best
-schedule for the time left (its bound, or OPTIMAL).
+schedule for the time left (its bound, or OPTIMAL). A measurement with ``--record`` merges its own inc-ilp
+schedules and certified bounds too (a deterministic run proves bounds the offline step does not always reach).
 
     nice -n 15 .venv/bin/python benchmarks/placement_gaps.py --offline --seconds-per-instance 200
     nice -n 10 .venv/bin/python benchmarks/placement_gaps.py --time-limit 60 --json gaps.json --page docs/benchmarks/placement-gaps.md
@@ -296,13 +297,23 @@ def offline_instance(name: str, recipe: dict, seconds: float, workers: int, prev
 
     if best.lb > best.ub:
         raise AssertionError(f"{name}: bound {best.lb} above the executed makespan {best.ub}: a bound or the simulator is wrong")
-    spent = time.perf_counter() - started
-    run = {"seconds": round(spent, 1), "date": _now(), "machine": _machine(), "load_start": load_start, "load_end": _load(),
-           "budget_s": seconds, "workers": workers, "steps": steps, "versions": _versions()}
+    return _entry(recipe, best, _run(started, load_start, seconds, workers, steps))
+
+
+def _run(started: float, load_start: str, budget: float, workers: int, steps: list[dict]) -> dict:
+    """What one run that adds to the offline file records about itself."""
+    return {"seconds": round(time.perf_counter() - started, 1), "date": _now(), "machine": _machine(), "load_start": load_start,
+            "load_end": _load(), "budget_s": budget, "workers": workers, "steps": steps, "versions": _versions()}
+
+
+def _entry(recipe: dict, best: _Best, run: dict) -> dict:
+    """An offline-file entry of one run: its best schedule and its best bound, each stamped with the run."""
+    p = best.problem
     stamp = {"date": run["date"], "machine": run["machine"], "seconds": run["seconds"], "load": run["load_end"],
              "versions": run["versions"]}
     return {
-        "recipe": recipe, "hash": h, "ops": p.n_nodes, "devices": [d.to_dict() for d in p.devices], "time_unit": p.time_unit,
+        "recipe": recipe, "hash": content_hash(p), "ops": p.n_nodes, "devices": [d.to_dict() for d in p.devices],
+        "time_unit": p.time_unit,
         "upper": {"ticks": best.ub, "found_by": best.ub_how, "schedule": _schedule(best.pl), **stamp},
         "lower": {"ticks": best.lb, "proof": best.lb_proof, **stamp},
         "runs": [run], "seconds_total": run["seconds"],
@@ -447,7 +458,7 @@ def measure(name: str, recipe: dict, args, optima: dict) -> dict:
     row["cpl"] = int(simulate(p, critical_path_list(p), "ordered").makespan)
     kw = {} if args.workers is None else {"deterministic": False, "workers": args.workers}
     for method in ("rl", "inc-ilp"):
-        t0 = time.perf_counter()
+        t0, load0 = time.perf_counter(), _load()
         r = solve(p, method, time_limit=args.time_limit, **kw)
         wall = time.perf_counter() - t0
         key = "rl" if method == "rl" else "inc"
@@ -463,6 +474,8 @@ def measure(name: str, recipe: dict, args, optima: dict) -> dict:
         row[f"{key}_clock_kept"] = wall <= 1.05 * args.time_limit + 1.0
         if method == "inc-ilp":
             row.update(inc_lb=int(r.lower_bound), inc_status=r.status, inc_bound_source=r.bound_source, inc_stop=r.stop_reason)
+            if args.record:
+                record_measurement(name, recipe, p, r, args, t0, wall, load0)
     row["gap"] = (row["inc"] - row["inc_lb"]) / row["inc"]
     row["proven"] = row["inc"] == row["inc_lb"]
     row["below_cpl"] = 1 - row["inc"] / row["cpl"]
@@ -470,6 +483,22 @@ def measure(name: str, recipe: dict, args, optima: dict) -> dict:
     compare_offline(row, optima)
     row["load"] = _load()
     return row
+
+
+def record_measurement(name: str, recipe: dict, p: PlacementProblem, r, args, started: float, wall: float, load0: str) -> None:
+    """``--record``: merge a measured inc-ilp answer into the offline file (schedule and certified bound, each kept
+    only where better). The bound is inc-ilp's own, re-checked before `solve` returned it; a deterministic run
+    proves bounds the offline step (non-deterministic, 2 workers) does not always reach."""
+    mode = "deterministic" if args.workers is None else f"{args.workers} workers"
+    best = _Best(p)
+    best.offer(Placement(r.device, r.order), f"inc-ilp at {args.time_limit:g} s ({mode})")
+    best.bound(r.lower_bound, {"method": f"inc-ilp certified bound ({r.bound_source}), {mode} at {args.time_limit:g} s",
+                               "status": r.status, "parameters": {"time_limit": args.time_limit, "workers": args.workers or 1,
+                                                                  "deterministic": args.workers is None}})
+    step = {"step": f"measurement at {args.time_limit:g} s ({mode})", "seconds": round(wall, 1),
+            "makespan": best.ub, "bound": int(r.lower_bound), "status": r.status}
+    write_optima({name: _entry(recipe, best, _run(started, load0, args.time_limit, args.workers or 1, [step]))},
+                 Path(args.optima))
 
 
 def compare_offline(row: dict, optima: dict) -> None:
@@ -596,6 +625,8 @@ def main(argv=None) -> int:
                     help="offline: wall seconds per instance (with --window-nodes: deterministic CP-SAT seconds)")
     ap.add_argument("--window-nodes", type=int, default=None,
                     help="offline, bounds only: exact windows of up to this many nodes (e.g. 32) instead of the long solves")
+    ap.add_argument("--record", action="store_true",
+                    help="measurement: also merge each inc-ilp schedule and certified bound into the offline file where better")
     ap.add_argument("--optima", default=str(OPTIMA), help="the offline file")
     ap.add_argument("--optima-table", action="store_true", help="print the offline file as a table and stop")
     ap.add_argument("--from-json", help="no solving: reprint a saved measurement (and --page) against the offline file as it is now")
