@@ -78,6 +78,9 @@ class SolverSettings:
     #: CP-SAT presolve probing effort (None: its default). 0 skips probing, which on 1000-node stage
     #: models adds ~300k clauses and seconds of presolve before any search starts.
     probing_level: int | None = None
+    #: CP-SAT linearization level (None: its default, 1). 0 keeps no LP relaxation: on the placement
+    #: model's big-M disjunctions the LP bound is weak and costs search time (see `incsched.inc_ilp.tuning`).
+    linearization_level: int | None = None
     #: Wall-clock cap of a deterministic run (None: 3x its deterministic budget + 10 s). A run the
     #: cap cuts short may not repeat; label generation, which must repeat, sets a generous one.
     wall_cap_s: float | None = None

@@ -183,14 +183,15 @@ class Context:
         with a work limit is never cut so, and repeats."""
         return self.work_limit is None
 
-    def settings(self, work: float | None = None, *, workers: int | None = None, wall_share: float | None = None) -> SolverSettings:
+    def settings(self, work: float | None = None, *, workers: int | None = None, wall_share: float | None = None,
+                 linearization: int | None = None) -> SolverSettings:
         """Settings of one CP-SAT call allowed ``work`` (None: all that is left of the budget).
 
         Deterministic mode: one worker bounded by deterministic time, the clock as its wall cap
         (a call the clock cuts is marked, and the run is then not reproducible). Otherwise
         ``workers`` (default the run's) in parallel and ``work`` read as wall seconds.
         ``wall_share``: where `clock_is_budget`, the call's wall seconds are also capped at this
-        share of the time limit.
+        share of the time limit. ``linearization``: CP-SAT's linearization level (None: its default).
         """
         self._arm_clock()
         self.collect()  # an answer that arrived from a child process becomes the hint of this search
@@ -201,11 +202,12 @@ class Context:
         if self.deterministic:
             return SolverSettings(
                 time_limit=max(cap, 1e-3), deterministic=True, seed=self.seed, workers=1,
-                wall_cap_s=wall, probing_level=self.probing_level, stop=self.stop,
+                wall_cap_s=wall, probing_level=self.probing_level, linearization_level=linearization, stop=self.stop,
             )
         return SolverSettings(
             time_limit=max(min(cap, wall), 1e-3), deterministic=False, seed=self.seed,
-            workers=self.workers if workers is None else min(workers, self.workers), probing_level=self.probing_level, stop=self.stop,
+            workers=self.workers if workers is None else min(workers, self.workers), probing_level=self.probing_level,
+            linearization_level=linearization, stop=self.stop,
         )
 
     def charge(self, out: SolverOutput) -> None:

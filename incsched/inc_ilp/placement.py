@@ -186,10 +186,18 @@ def run(ctx: Context, method: str, preschedule=None) -> None:
         prove(ctx)
 
 
+def _model_settings(ctx: Context, work: float | None = None, *, wall_share: float | None = None) -> SolverSettings:
+    """Settings of a solve of the placement model (`Context.settings`), without CP-SAT's LP
+    (`Tuning.placement_search_linearization`): over the model's big-M disjunctions its bound is
+    weak and its time is the search's. Every such solve here is hinted; the unhinted chained
+    matmul 4x2 on 2 devices found no placement in 30 deterministic s without the LP."""
+    return ctx.settings(work, wall_share=wall_share, linearization=ctx.tuning.placement_search_linearization)
+
+
 def prove(ctx: Context) -> None:
     """The full model, hinted by the best placement so far, given all that is left."""
     with ctx.timed("proof"):
-        out = solve_cpsat(ctx.problem, ctx.settings(), hint=ctx.best)
+        out = solve_cpsat(ctx.problem, _model_settings(ctx), hint=ctx.best)
     ctx.charge(out)
     ctx.record("full", status=out.status, objective=out.objective, bound=out.bound)
     if out.status == "infeasible":
@@ -249,7 +257,7 @@ def windows(ctx: Context) -> None:
         if window.allowed.sum(1).min() == p.n_devices:
             return  # the window holds every device: the full model is next anyway
         with ctx.timed("window"):
-            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_window_share * ctx.nominal_work, wall_share=ctx.tuning.placement_window_share),
+            out = solve_cpsat(p, _model_settings(ctx, ctx.tuning.placement_window_share * ctx.nominal_work, wall_share=ctx.tuning.placement_window_share),
                               window=window, hint=ctx.best)
         ctx.charge(out)
         solves += 1
@@ -299,7 +307,7 @@ def ranked(ctx: Context) -> None:
             allowed = ranked_devices(p, best.device, device_preferences(p, best), mass=ctx.tuning.placement_ranked_mass)
             lo, hi = start_window(sched.start, slack)
             window = PlacementWindow(allowed, lo, hi)
-            out = solve_cpsat(p, ctx.settings(ctx.tuning.placement_ranked_share * ctx.nominal_work, wall_share=ctx.tuning.placement_ranked_share),
+            out = solve_cpsat(p, _model_settings(ctx, ctx.tuning.placement_ranked_share * ctx.nominal_work, wall_share=ctx.tuning.placement_ranked_share),
                               window=window, hint=best)
         ctx.charge(out)
         touched = _touches(out, lo, hi)
@@ -367,7 +375,7 @@ def rounds(ctx: Context) -> None:
                 return
             window = round_window(ctx, sched, free, devices)
             with ctx.timed("rounds"):
-                out = solve_cpsat(p, ctx.settings(per_round, wall_share=t.placement_round_wall_factor * t.placement_round_share), window=window,
+                out = solve_cpsat(p, _model_settings(ctx, per_round, wall_share=t.placement_round_wall_factor * t.placement_round_share), window=window,
                                   hint=ctx.best, window_symmetry=True)
             ctx.charge(out)
             spent += min(float(out.info.get("deterministic_time") or per_round), per_round)
@@ -592,7 +600,7 @@ def _segment_search(ctx: Context, sub: PlacementProblem, n_nodes: int, work: flo
     # with what is left, where the model stalls: a 58-op attention segment on 8 devices stayed at
     # 107,841 ticks after 40 deterministic s of the model, where its rounds reached 106,207 in 20 s.
     model_share = ctx.tuning.placement_segment_model_share if pinned is None else 1.0
-    out = solve_cpsat(sub, ctx.settings(work * model_share, wall_share=search * model_share), window=pinned, hint=hint)
+    out = solve_cpsat(sub, _model_settings(ctx, work * model_share, wall_share=search * model_share), window=pinned, hint=hint)
     ctx.charge(out)
     pl = hint
     if out.assignment is not None and out.objective <= simulate(sub, hint, "ordered").makespan:

@@ -113,6 +113,14 @@ class Tuning:
     stage_balance_slack: int = 5
 
     # ------------------------------------------------------------------ placement (placement.py)
+    #: CP-SAT's linearization level in every solve of the placement model (the hinted full model,
+    #: windows, rounds, segments; 1 is CP-SAT's default, 2 adds cuts). Its LP, over big-M
+    #: disjunctions, bounded a 58-op attention segment on 8 devices at 32,093 ticks against a
+    #: 103,000 optimum and slowed the search: 2 deterministic s gave 106,859 with it, 102,887
+    #: without. Without it the full model proved a 31-op transformer block in 0.14 deterministic s
+    #: (12.3 with), and 60-s runs ended 0.3-5.5 % shorter on 12 of 13 benchmark rows (see the
+    #: commit). Our bounds come from elsewhere.
+    placement_search_linearization: int = 0
     #: Share the CP-SAT window bounds may spend (they take 1-10 s on 100-400 ops).
     placement_bound_share: float = 0.1
     #: Where the clock is the budget, the window bounds may take this many times their share in

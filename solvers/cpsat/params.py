@@ -95,6 +95,8 @@ def make_solver(settings: SolverSettings) -> cp_model.CpSolver:
     p.log_search_progress = settings.log_search
     if settings.probing_level is not None:
         p.cp_model_probing_level = settings.probing_level
+    if settings.linearization_level is not None:
+        p.linearization_level = settings.linearization_level
     if settings.deterministic:
         # Only one worker under a deterministic-time budget is reproducible across machines.
         p.num_workers = 1
