@@ -172,7 +172,9 @@ def test_inc_ilp_segment_phase_runs_the_decision_proofs():
     # the LP in the segments' models, which slows them, some are left unproven: without, both proved.)
     r = solve(p, "inc-ilp", time_limit=3.0, tuning=Tuning(placement_probe_seconds_per_node=0.0, placement_search_linearization=1))
     phases = [w for w in r.provenance["steps"] if w["phase"] == "segment"]
-    assert phases and all(w["status"] == "optimal" or ("probes" in w and w["bound"] >= w["relaxation"]) for w in phases)
+    # (The relaxation runs only where the bound phase ran no queue model of the segment.)
+    assert phases and all(w["status"] == "optimal" or ("probes" in w and w["bound"] >= w.get("relaxation", w.get("bound_phase", 0)))
+                          for w in phases)
     assert any("probes" in w for w in phases)
     assert all(w["bound"] <= w["objective"] for w in phases if w["objective"] is not None)
     # A segment the pass cannot give its least time is not probed at all; its bound still holds.

@@ -484,7 +484,10 @@ def segments(ctx: Context) -> None:
     work = {key: max(ctx.nominal_work * ctx.tuning.placement_segment_share * w / big, 1e-3) for key, w in weight.items()}
     t = ctx.tuning
     phase_end = ctx.elapsed() + t.placement_segment_share * ctx.wall_left() if ctx.clock_is_budget else None
-    search_end = None if phase_end is None else ctx.elapsed() + t.placement_segment_search_share * (phase_end - ctx.elapsed())
+    # The bounds pass has only the probes when the bound phase ran every segment's queues (see below).
+    relax = any(key not in ctx.queued_parts for key, (nodes, _) in unique.items() if len(nodes) > 2)
+    search_share = t.placement_segment_search_share if relax else t.placement_segment_search_share_queued
+    search_end = None if phase_end is None else ctx.elapsed() + search_share * (phase_end - ctx.elapsed())
 
     def wall_share(key, todo: list, end) -> float:
         """Where the clock is the budget, the segment's part by size of the pass's time left, as a share of the limit."""
@@ -525,20 +528,25 @@ def segments(ctx: Context) -> None:
                 bound = max(bound, info["bound_phase"])
             found[key] = pl, bound, info
         open_ = [key for key in unique if found[key][2] and found[key][1] < found[key][2]["objective"]]  # optimal: bounded
-        relax_end = None if phase_end is None else ctx.elapsed() + t.placement_relaxation_pass_share * (phase_end - ctx.elapsed())
+        # The relaxation only where the bound phase ran no queue model of the segment: after one it
+        # raised none of the eight transformer segments measured (tblock2_d4, tblock2_d8 at 60 s) and took
+        # 7 s of a 60-s tblock2_d8's pass, whose probes then got 1.7 s each and decided nothing.
+        relaxed = [key for key in open_ if key not in ctx.queued_parts]
+        relax_end = None if phase_end is None or not relaxed else (
+            ctx.elapsed() + t.placement_relaxation_pass_share * (phase_end - ctx.elapsed()))
         # The probes go smallest segment first: a small segment's decision model is settled
         # sooner (a 42-op MLP on 4 devices refuted a third of its gap in 1.5 s, offsets included; a
         # 58-op attention nothing in 3 s), and where the clock is the budget each gets at least
         # `placement_probe_seconds_per_node` a node while the pass has them, and none is probed with less.
         by_size = sorted(open_, key=lambda key: len(unique[key][0]))
-        for round_, end, keys_ in (("relaxation", relax_end, open_), ("probes", phase_end, by_size)):
+        for round_, end, keys_ in (("relaxation", relax_end, relaxed), ("probes", phase_end, by_size)):
             for i, key in enumerate(keys_):
                 pl, bound, info = found[key]
                 if ctx.stopped() or bound >= info["objective"]:
                     continue
                 share = wall_share(key, keys_[i:], end)
                 if round_ == "relaxation":
-                    bound, more = _segment_relaxation_bound(ctx, unique[key][1], bound, share, queues=key not in ctx.queued_parts)
+                    bound, more = _segment_relaxation_bound(ctx, unique[key][1], bound, share)
                 else:
                     if end is not None:  # at least the minimum, while the pass has it
                         least, left = t.placement_probe_seconds_per_node * len(unique[key][0]), end - ctx.elapsed()
@@ -633,14 +641,14 @@ def _segment_rounds(ctx: Context, sub: PlacementProblem, start: Placement, bound
     return child.best, sum(1 for step in child.steps if step["phase"] == "round")
 
 
-def _segment_relaxation_bound(ctx: Context, sub: PlacementProblem, bound: int, share: float, queues: bool = True) -> tuple[int, dict]:
-    """A segment's bound raised by its relaxation (`segment_bound`, with its queues unless the bound
-    phase ran them already); ``share``: of the time limit, its wall cap where the clock is the budget
+def _segment_relaxation_bound(ctx: Context, sub: PlacementProblem, bound: int, share: float) -> tuple[int, dict]:
+    """A segment's bound raised by its relaxation (`segment_bound`, queues included: the bound phase
+    ran none for it); ``share``: of the time limit, its wall cap where the clock is the budget
     (a third per CP-SAT run: most need three, the queues' two cases and one of the relaxation's)."""
     # It starts from the combinatorial families on the segment alone; the queues rise from there.
     bound = max(bound, placement_lower_bound(sub))
-    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / (3 if queues else 1)),
-                                    lower=bound, queues=queues)
+    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / 3),
+                                    lower=bound, queues=True)
     ctx.spend(0.0, wall_capped=capped)
     return max(bound, relaxed), {"relaxation": relaxed}
 

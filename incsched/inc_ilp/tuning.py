@@ -189,6 +189,10 @@ class Tuning:
     #: has left) goes to local search from the incumbent's schedule and to CP-SAT in these shares,
     #: and is never less than `placement_segment_min_seconds` (small segments prove in less).
     placement_segment_search_share: float = 0.7
+    #: ... and when the bound phase ran every segment's queue models, the relaxation pass is skipped
+    #: and the search gets this share (60-s runs side by side, 0.7 -> 0.85: tblock2_d4 580,889 ->
+    #: 574,370, tblock3_d8 379,628 -> 378,538, tblock2_d8 equal; its probes decide little at 60 s).
+    placement_segment_search_share_queued: float = 0.85
     placement_segment_wall_split: tuple[float, float] = (0.2, 0.8)
     placement_segment_min_seconds: float = 0.2
     #: Of a segment's search, the share of its whole CP-SAT model; large-neighbourhood `rounds` on
