@@ -177,6 +177,12 @@ def test_inc_ilp_segment_phase_runs_the_decision_proofs():
                           for w in phases)
     assert any("probes" in w for w in phases)
     assert all(w["bound"] <= w["objective"] for w in phases if w["objective"] is not None)
+    # A segment the bound phase ran no queue model for (its share all but nil) gets the relaxation first.
+    r = solve(p, "inc-ilp", time_limit=3.0, tuning=Tuning(placement_probe_seconds_per_node=0.0, placement_search_linearization=1,
+                                                          placement_bound_share=1e-6))
+    phases = [w for w in r.provenance["steps"] if w["phase"] == "segment"]
+    assert any("relaxation" in w for w in phases)
+    assert all(w["status"] == "optimal" or w["bound"] >= w["relaxation"] for w in phases)
     # A segment the pass cannot give its least time is not probed at all; its bound still holds.
     r = solve(p, "inc-ilp", time_limit=3.0, tuning=Tuning(placement_probe_seconds_per_node=100.0))
     phases = [w for w in r.provenance["steps"] if w["phase"] == "segment"]

@@ -485,8 +485,8 @@ def segments(ctx: Context) -> None:
     t = ctx.tuning
     phase_end = ctx.elapsed() + t.placement_segment_share * ctx.wall_left() if ctx.clock_is_budget else None
     # The bounds pass has only the probes when the bound phase ran every segment's queues (see below).
-    relax = any(key not in ctx.queued_parts for key, (nodes, _) in unique.items() if len(nodes) > 2)
-    search_share = t.placement_segment_search_share if relax else t.placement_segment_search_share_queued
+    relaxations_due = any(key not in ctx.queued_parts for key, (nodes, _) in unique.items() if len(nodes) > 2)
+    search_share = t.placement_segment_search_share if relaxations_due else t.placement_segment_search_share_queued
     search_end = None if phase_end is None else ctx.elapsed() + search_share * (phase_end - ctx.elapsed())
 
     def wall_share(key, todo: list, end) -> float:
@@ -647,8 +647,7 @@ def _segment_relaxation_bound(ctx: Context, sub: PlacementProblem, bound: int, s
     (a third per CP-SAT run: most need three, the queues' two cases and one of the relaxation's)."""
     # It starts from the combinatorial families on the segment alone; the queues rise from there.
     bound = max(bound, placement_lower_bound(sub))
-    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / 3),
-                                    lower=bound, queues=True)
+    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / 3), lower=bound)
     ctx.spend(0.0, wall_capped=capped)
     return max(bound, relaxed), {"relaxation": relaxed}
 

@@ -118,8 +118,9 @@ class Tuning:
     #: disjunctions, bounded a 58-op attention segment on 8 devices at 32,093 ticks against a
     #: 103,000 optimum and slowed the search: 2 deterministic s gave 106,859 with it, 102,887
     #: without. Without it the full model proved a 31-op transformer block in 0.14 deterministic s
-    #: (12.3 with), and 60-s runs ended 0.3-5.5 % shorter on 12 of 13 benchmark rows (see the
-    #: commit). Our bounds come from elsewhere.
+    #: (12.3 with), and `solve(p, time_limit=60)` ended 0.3-5.5 % shorter on 12 of 13 rows of
+    #: benchmarks/placement_gaps.py than with ``Tuning(placement_search_linearization=1)``, side by
+    #: side (commit 48e7c66). Our bounds come from elsewhere.
     placement_search_linearization: int = 0
     #: Share the CP-SAT window bounds may spend (they take 1-10 s on 100-400 ops).
     placement_bound_share: float = 0.1
