@@ -12,15 +12,20 @@ from importlib import import_module
 from typing import Callable
 
 from ..baselines.placement import PLACEMENT_BASELINES, local_search
+from ..baselines.placement_moves import KERNEL as MOVES_KERNEL
+from ..baselines.placement_moves import applies as moves_apply
+from ..baselines.placement_moves import move_search
 from ..baselines.stage import STAGE_BASELINES
 from ..errors import PlacementInfeasibleError, UnknownNameError
 from ..helper_thread import Abandoned, Started, start_in_helper
+from ..policy.compiled import call_compiled, is_cached
+from ..problems import Placement
 from ..policy.warm import loads_quickly
 from .context import Context
 from .policy_process import PolicyProcess
 
 __all__ = ["STAGE_PRESCHEDULERS", "PLACEMENT_PRESCHEDULERS", "portfolio", "run_prescheduler", "search_evaluations", "policy_loaded",
-           "local_search_clock"]
+           "local_search_clock", "move_evaluations"]
 
 #: Policy modules whose ``preschedule`` has returned once in this process: weights read, decoder
 #: compiled. From then on the policy costs a decode only, and always takes part.
@@ -217,14 +222,44 @@ def local_search_clock(ctx: Context, share: float):
 
 
 def _polish(ctx: Context) -> None:
-    """Local search from the best placement, sized by the nominal budget (counted, so it repeats)
-    and, when the run need not repeat, by the tuning's ``placement_polish_wall_share`` of the clock."""
+    """Search from the best placement: the compiled moves where they apply, else local search."""
+    if _moves_ready(ctx):
+        _moves(ctx)
+        return
     evaluations = search_evaluations(ctx, ctx.problem.n_nodes)
     start_value, started = ctx.best_value, ctx.elapsed()
     answer = local_search(ctx.problem, ctx.seed, evaluations=evaluations, start=ctx.best, should_stop=local_search_clock(ctx, ctx.tuning.placement_polish_wall_share))
     ctx.improve(answer, ctx.check(answer), "preschedule:local_search")
     ctx.record("local_search", evaluations=evaluations, start=start_value, objective=ctx.best_value,
                **({} if ctx.deterministic else {"seconds": round(ctx.elapsed() - started, 2)}))
+
+
+def _moves_ready(ctx: Context) -> bool:
+    """Whether the compiled moves (`baselines.placement_moves`) polish this run: no memory limits,
+    a share of the budget, and the kernel in numba's cache or a clock long enough to compile it."""
+    t = ctx.tuning
+    return (t.placement_moves_share > 0 and moves_apply(ctx.problem)
+            and (is_cached(MOVES_KERNEL) or ctx.time_limit >= t.placement_moves_compile_min_seconds))
+
+
+def _moves(ctx: Context) -> None:
+    """Moves of critical ops from the best placement, sized by the nominal budget (counted, so it
+    repeats) and cut at `Tuning.placement_moves_wall_share` of the clock where the run need not repeat."""
+    t = ctx.tuning
+    evaluations = move_evaluations(ctx, ctx.problem.n_nodes, t.placement_moves_share)
+    start_value, started = ctx.best_value, ctx.elapsed()
+    best = ctx.best if isinstance(ctx.best, Placement) else Placement(ctx.best.device, ctx.best.order)
+    answer, used = move_search(ctx.problem, best, evaluations=evaluations, seed=ctx.seed,
+                               should_stop=local_search_clock(ctx, t.placement_moves_wall_share), call=call_compiled)
+    ctx.improve(answer, ctx.check(answer), "preschedule:moves")
+    ctx.record("moves", evaluations=used, start=start_value, objective=ctx.best_value,
+               **({} if ctx.deterministic else {"seconds": round(ctx.elapsed() - started, 2)}))
+
+
+def move_evaluations(ctx: Context, n_nodes: int, share: float) -> int:
+    """Placements the moves try on ``n_nodes`` ops with ``share`` of the nominal budget
+    (`Tuning.placement_moves_per_second` op-executions a nominal second)."""
+    return max(int(share * ctx.nominal_work * ctx.tuning.placement_moves_per_second / max(n_nodes, 1)), 1)
 
 
 def search_evaluations(ctx: Context, n_nodes: int) -> int:

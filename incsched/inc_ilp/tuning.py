@@ -171,6 +171,18 @@ class Tuning:
     #: the budget; under a load of 3-6 on 2 cores they took 2-5 ms, and the polish alone took
     #: 45-60 s of 60-s runs, leaving the bounds and the exact search nothing.
     placement_polish_wall_share: float = 0.2
+    #: The polish from the portfolio's best is the compiled moves (`baselines.placement_moves`) where
+    #: they apply (no memory limits): this share of the nominal budget, at this many op-executions a
+    #: nominal second (100,000-270,000 placements a second on 200-400 ops here: 2e7 / n is about the
+    #: measured rate under a load of 2), cut at the wall share where the run need not repeat. From
+    #: the policy's answer, 2 million moves took a 206-op transformer layer on 4 devices from 438,947
+    #: to 411,198 in 11 s, where 60 s of CP-SAT rounds after local search reached 422,368.
+    placement_moves_share: float = 0.15
+    placement_moves_per_second: float = 2e7
+    placement_moves_wall_share: float = 0.15
+    #: Without the moves' kernel in numba's cache (`make install` compiles it), its first call
+    #: compiles it: about 10 s, so shorter clocks keep the local search instead.
+    placement_moves_compile_min_seconds: float = 30.0
     placement_doubt_nodes: int = 24
     #: Share the per-segment solves get (the rest goes to the hinted full model), and the work of
     #: each segment's transfer-aware relaxation bound (it proves in well under one second).
