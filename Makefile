@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile scripts/torchvision_guard.py
 	$(PY) -m pip install --quiet torchvision==0.28.0
 	$(PY) scripts/torchvision_guard.py install
 	$(PY) -m pip install --quiet -e '.[models,test,distributed,experiments,onnx,handoff]'
-	$(PY) -m incsched.policy.warm  # the policy decoders into numba's cache: a first solve loads them in a second, not 8
+	$(PY) -m incsched.policy.warm  # the policy decoders and the placement moves into numba's cache: a first solve loads them in a second, not 8-10
 	touch $(STAMP)
 
 # The default objective (peer: memory balanced), then the throughput objective (slowest stage's

@@ -108,3 +108,26 @@ def test_inc_ilp_polishes_with_moves_and_keeps_local_search_without_them():
     plain = solve(p, time_limit=60.0, work_limit=0.3, tuning=Tuning(placement_moves_share=0.0))
     phases = [s["phase"] for s in plain.provenance["steps"]]
     assert "moves" not in phases and "local_search" in phases
+
+
+def test_short_clocks_without_numba_imported_keep_local_search(monkeypatch):
+    import sys
+
+    from incsched.inc_ilp import incumbent
+    from incsched.inc_ilp.context import Context
+
+    p = _layer()
+
+    def ready(time_limit, problem=p):
+        ctx = Context(problem, time_limit=time_limit, work_limit=None, deterministic=True, workers=1, seed=0, check=lambda *a: None)
+        return incumbent._moves_ready(ctx)
+
+    monkeypatch.setattr(incumbent, "is_cached", lambda kernel: True)
+    monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
+    assert ready(1.0) and ready(60.0)  # numba is imported in this process: loading the kernel takes 0.05 s
+    monkeypatch.delitem(sys.modules, "numba")
+    assert not ready(1.0) and ready(5.0)  # importing numba first would take most of a 1-s clock
+    monkeypatch.setattr(incumbent, "is_cached", lambda kernel: False)
+    assert not ready(5.0) and ready(60.0)  # not compiled: only a long clock affords the compile
+    memory = PlacementProblem.identical(p.graph, 4, bandwidth=1e9, memory=10**12)
+    assert not ready(60.0, memory)

@@ -8,6 +8,7 @@ evaluator picks. The policies are loaded once per process (their modules cache t
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
 from typing import Callable
 
@@ -236,10 +237,15 @@ def _polish(ctx: Context) -> None:
 
 def _moves_ready(ctx: Context) -> bool:
     """Whether the compiled moves (`baselines.placement_moves`) polish this run: no memory limits,
-    a share of the budget, and the kernel in numba's cache or a clock long enough to compile it."""
+    a share of the budget, and the kernel in numba's cache (0.05 s to load once numba is imported,
+    as the policy's decoder imports it; numba's own import takes 0.5-1 s, too long for the shortest
+    clocks) or a clock long enough to compile it."""
     t = ctx.tuning
-    return (t.placement_moves_share > 0 and moves_apply(ctx.problem)
-            and (is_cached(MOVES_KERNEL) or ctx.time_limit >= t.placement_moves_compile_min_seconds))
+    if t.placement_moves_share <= 0 or not moves_apply(ctx.problem):
+        return False
+    if not is_cached(MOVES_KERNEL):
+        return ctx.time_limit >= t.placement_moves_compile_min_seconds
+    return "numba" in sys.modules or ctx.time_limit >= t.placement_moves_import_min_seconds
 
 
 def _moves(ctx: Context) -> None:

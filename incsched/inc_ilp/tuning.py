@@ -183,6 +183,9 @@ class Tuning:
     #: Without the moves' kernel in numba's cache (`make install` compiles it), its first call
     #: compiles it: about 10 s, so shorter clocks keep the local search instead.
     placement_moves_compile_min_seconds: float = 30.0
+    #: ... and where numba is not imported yet (the policy was left out), shorter clocks than this
+    #: keep local search too.
+    placement_moves_import_min_seconds: float = 3.0
     placement_doubt_nodes: int = 24
     #: Share the per-segment solves get (the rest goes to the hinted full model), and the work of
     #: each segment's transfer-aware relaxation bound (it proves in well under one second).
