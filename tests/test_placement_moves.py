@@ -86,6 +86,13 @@ def test_moves_never_lengthen_their_start_and_keep_every_precedence(p, seed):
         assert executed.start[v] >= executed.end[u] + ticks[k, answer.device[u], answer.device[v]]
 
 
+def test_an_empty_graph_is_returned_as_it_came():
+    p = PlacementProblem.identical(CompGraph([], [], [], name="empty"), 2, bandwidth=1e9)
+    start = critical_path_list(p)
+    answer, used = move_search(p, start, evaluations=100)
+    assert answer is start and used == 0
+
+
 def test_devices_with_a_memory_limit_are_left_to_the_other_searches():
     g = chained_matmul(n_matrices=3, tiles=2, kinds=("cpu",))
     p = PlacementProblem.identical(g, 2, bandwidth=1e9, memory=10**12)

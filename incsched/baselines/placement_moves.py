@@ -56,6 +56,8 @@ def move_search(problem: PlacementProblem, start: Placement, *, evaluations: int
         raise ValueError("moves do not count memory: every device must be without a memory limit")
     g = problem.graph
     n, D = problem.n_nodes, problem.n_devices
+    if n == 0:
+        return start, 0  # nothing to move (a kick draws an op)
     state = _State.of(start, n, D)
     data = (
         np.ascontiguousarray(problem.durations(), dtype=np.int64),

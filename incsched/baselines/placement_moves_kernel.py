@@ -148,6 +148,7 @@ def search_chunk(dev, prev, nxt, first, last, dur, allowed, pred_ptr, pred_idx, 
                         _link_after(v, d, pos, dev, prev, nxt, first, last)
                         makespan, tip = _execute(dev, prev, nxt, *args)
                         used += 1
+                        # The sum of ends only breaks ties (a wrap past int64, n ops near 2^50 ticks, only misleads a tie).
                         if makespan >= 0 and (makespan < current or (makespan == current and end.sum() < current_sum)):
                             current, final, current_sum, improved = makespan, tip, end.sum(), True
                             break

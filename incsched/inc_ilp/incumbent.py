@@ -20,8 +20,8 @@ from ..baselines.stage import STAGE_BASELINES
 from ..errors import PlacementInfeasibleError, UnknownNameError
 from ..helper_thread import Abandoned, Started, start_in_helper
 from ..policy.compiled import call_compiled, is_cached
-from ..problems import Placement
 from ..policy.warm import loads_quickly
+from ..problems import Placement
 from .context import Context
 from .policy_process import PolicyProcess
 
