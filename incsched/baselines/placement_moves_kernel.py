@@ -128,15 +128,17 @@ def search_chunk(dev, prev, nxt, first, last, dur, allowed, pred_ptr, pred_idx, 
             critical[count] = v
             count += 1
             v = cause[v]
+        # Every candidate's execution overwrites `start`: the positions come from the current placement's.
+        base = start.copy()
         improved = False
         for i in np.random.permutation(count):
             v = critical[i]
-            home, before, at = dev[v], prev[v], start[v]
+            home, before, at = dev[v], prev[v], base[v]
             _unlink(v, dev, prev, nxt, first, last)
             for d in range(D):
                 if not allowed[v, d]:
                     continue
-                pos = _position(d, at, start, nxt, first)
+                pos = _position(d, at, base, nxt, first)
                 for _ in range(width):
                     if pos < 0:
                         break
@@ -176,13 +178,11 @@ def search_chunk(dev, prev, nxt, first, last, dur, allowed, pred_ptr, pred_idx, 
             stale = 0
             _restore(keep, dev, prev, nxt, first, last)
         else:
-            _execute(dev, prev, nxt, *args)  # start times of the current placement, for the positions
             for _ in range(_KICK):
                 v, d = np.random.randint(n), np.random.randint(D)
                 if allowed[v, d]:
-                    at = start[v]
                     _unlink(v, dev, prev, nxt, first, last)
-                    _link_after(v, d, _position(d, at, start, nxt, first), dev, prev, nxt, first, last)
+                    _link_after(v, d, _position(d, base[v], base, nxt, first), dev, prev, nxt, first, last)
         current, final = _execute(dev, prev, nxt, *args)
         used += 1
         if current < 0:  # the kick closed a cycle through the orders
