@@ -24,7 +24,8 @@ makespan and the better bound are kept). Each entry holds the recipe, a content 
 and order per node: re-simulate it), the best lower bound with its proof, solver versions and
 parameters, wall seconds, date, machine and load. What runs, within N seconds:
 the baselines and ``rl``; inc-ilp (non-deterministic, ``--workers``); the strengthened combinatorial
-bound (`placement_bound_cpsat`); on identical devices with cut nodes, per segment a CP-SAT
+bound (`placement_bound_cpsat`); without cut nodes, the level chunks' bound (`level_bound`, at
+growing strides while they raise it); on identical devices with cut nodes, per segment a CP-SAT
 incumbent and `segment_proof_bound` (the makespan is at least the sum of the segments' refuted
 makespans, see benchmarks/placement_optimum.py); last, the full CP-SAT model hinted with the best
 schedule for the time left (its bound, or OPTIMAL). A measurement with ``--record`` merges its own inc-ilp
@@ -273,6 +274,13 @@ def offline_instance(name: str, recipe: dict, seconds: float, workers: int, prev
                               "families": info.get("families"), "parameters": {"time_limit": limit, "workers": workers}})
         note("placement_bound_cpsat", t0, bound=cp_bound)
 
+    if best.lb < best.ub and not decomposable(p) and _time_left(deadline) > 30:
+        t0 = time.perf_counter()
+        lv = prove_levels(p, min(0.3 * seconds, 0.5 * _time_left(deadline)), workers)
+        if lv is not None:
+            best.bound(lv["ticks"], {"method": "level chunks (sum of CP-SAT chunk bounds between hop-depth levels)", **lv})
+            note("level chunks", t0, bound=lv["ticks"], stride=lv["stride"], proven=lv["proven"])
+
     if best.lb < best.ub and decomposable(p) and _time_left(deadline) > 30:
         t0 = time.perf_counter()
         seg = prove_segments(p, best.ub, min(0.5 * _time_left(deadline), 0.4 * seconds), workers)
@@ -298,6 +306,31 @@ def offline_instance(name: str, recipe: dict, seconds: float, workers: int, prev
     if best.lb > best.ub:
         raise AssertionError(f"{name}: bound {best.lb} above the executed makespan {best.ub}: a bound or the simulator is wrong")
     return _entry(recipe, best, _run(started, load_start, seconds, workers, steps))
+
+
+def prove_levels(problem: PlacementProblem, seconds: float, workers: int) -> dict | None:
+    """`level_bound` at strides 2, 3, ... within ``seconds`` (each chunk up to a tenth of them); the best.
+
+    A longer stride bounds more per chunk but proves slower (an unproven chunk gives CP-SAT's
+    bound, which still counts): the strides stop growing after two that did not beat the best.
+    """
+    from incsched.solvers import SolverSettings
+    from incsched.solvers.cpsat.placement_levels import hop_depth, level_bound
+
+    deadline = time.perf_counter() + seconds
+    settings = SolverSettings(time_limit=max(1.0, seconds / 10), deterministic=False, workers=workers)
+    best, worse = None, 0
+    for stride in range(2, max(2, int(hop_depth(problem).max()) // 2 + 1)):
+        left = _time_left(deadline)
+        if left <= 1 or worse == 2:
+            break
+        ticks, info = level_bound(problem, settings, stride, seconds=left)
+        if best is None or ticks > best["ticks"]:
+            best, worse = {"ticks": int(ticks), "stride": stride, "proven": info["proven"], "steps": info["steps"],
+                           "parameters": {"chunk_time_limit": settings.time_limit, "workers": workers}}, 0
+        else:
+            worse += 1
+    return best
 
 
 def _run(started: float, load_start: str, budget: float, workers: int, steps: list[dict]) -> dict:
