@@ -309,18 +309,19 @@ def offline_instance(name: str, recipe: dict, seconds: float, workers: int, prev
 
 
 def prove_levels(problem: PlacementProblem, seconds: float, workers: int) -> dict | None:
-    """`level_bound` at strides 2, 3, ... within ``seconds`` (each chunk up to a tenth of them); the best.
+    """`level_bound` at growing multiples of `level_period` within ``seconds`` (each chunk up to a tenth of them); the best.
 
     A longer stride bounds more per chunk but proves slower (an unproven chunk gives CP-SAT's
     bound, which still counts): the strides stop growing after two that did not beat the best.
     """
     from incsched.solvers import SolverSettings
-    from incsched.solvers.cpsat.placement_levels import hop_depth, level_bound
+    from incsched.solvers.cpsat.placement_levels import hop_depth, level_bound, level_period
 
     deadline = time.perf_counter() + seconds
     settings = SolverSettings(time_limit=max(1.0, seconds / 10), deterministic=False, workers=workers)
     best, worse = None, 0
-    for stride in range(2, max(2, int(hop_depth(problem).max()) // 2 + 1)):
+    period = level_period(problem)
+    for stride in range(max(2, period), int(hop_depth(problem).max()) // 2 + 1, period):
         left = _time_left(deadline)
         if left <= 1 or worse == 2:
             break

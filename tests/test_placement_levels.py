@@ -13,7 +13,7 @@ from incsched.generators import bandwidth_for_comm_ratio, chained_matmul
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import PlacementProblem
 from incsched.solvers import SolverSettings
-from incsched.solvers.cpsat.placement_levels import hop_depth, level_bound
+from incsched.solvers.cpsat.placement_levels import hop_depth, level_bound, level_period
 from oracles import small_placement_problem
 from test_placement_bounds import EXACT, problems
 
@@ -71,3 +71,12 @@ def test_level_bound_without_seconds_keeps_each_chunks_simple_bound():
 def test_level_bound_rejects_a_stride_below_one():
     with pytest.raises(ValueError, match="stride"):
         level_bound(_chain(3), CHUNK, 0)
+
+
+def test_level_period_follows_the_repeating_step():
+    from incsched.generators import ffnn
+
+    assert level_period(_chain(5)) == 2  # tile products, then reductions
+    g = ffnn(4, tiles=2, kinds=("cpu",))
+    assert level_period(PlacementProblem.identical(g, 2, bandwidth=1e9)) == 3  # products, reductions, activations
+    assert level_period(small_placement_problem(3, [(0, 1), (0, 2), (1, 2)], [1, 1, 1], [0, 0, 0])) == 1
