@@ -315,13 +315,13 @@ def prove_levels(problem: PlacementProblem, seconds: float, workers: int) -> dic
     bound, which still counts): the strides stop growing after two that did not beat the best.
     """
     from incsched.solvers import SolverSettings
-    from incsched.solvers.cpsat.placement_levels import hop_depth, level_bound, level_period
+    from incsched.solvers.cpsat.placement_levels import level_bound, level_period
 
     deadline = time.perf_counter() + seconds
     settings = SolverSettings(time_limit=max(1.0, seconds / 10), deterministic=False, workers=workers)
     best, worse = None, 0
     period = level_period(problem)
-    for stride in range(max(2, period), int(hop_depth(problem).max()) // 2 + 1, period):
+    for stride in range(max(2, period), int(problem.graph.asap_level.max()) // 2 + 1, period):
         left = _time_left(deadline)
         if left <= 1 or worse == 2:
             break

@@ -13,7 +13,7 @@ from incsched.generators import bandwidth_for_comm_ratio, chained_matmul
 from incsched.inc_ilp.placement import solve_cpsat
 from incsched.problems import PlacementProblem
 from incsched.solvers import SolverSettings
-from incsched.solvers.cpsat.placement_levels import hop_depth, level_bound, level_period
+from incsched.solvers.cpsat.placement_levels import level_bound, level_period
 from oracles import small_placement_problem
 from test_placement_bounds import EXACT, problems
 
@@ -25,9 +25,9 @@ def _chain(n_matrices: int = 8) -> PlacementProblem:
     return PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0, "cpu"))
 
 
-def test_hop_depth_is_the_longest_path_in_edges():
+def test_levels_are_the_longest_path_in_edges():
     p = small_placement_problem(4, [(0, 1), (1, 2), (0, 2), (3, 2)], [1, 1, 1, 1], [0, 0, 0, 0])
-    assert hop_depth(p).tolist() == [0, 1, 2, 0]
+    assert p.graph.asap_level.tolist() == [0, 1, 2, 0]
 
 
 @pytest.mark.slow

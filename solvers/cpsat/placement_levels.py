@@ -1,7 +1,7 @@
 """A makespan bound that adds up exact optima of chunks between depth levels (chains of tiled steps).
 
 Where a graph has no cut node (`incsched.problems.decompose`), it still has levels: the nodes at
-one hop depth (longest path in edges from a source), such as the accumulator tiles after each
+one hop depth (`CompGraph.asap_level`: edges on the longest path from a source), such as the accumulator tiles after each
 product of a chained matmul. Every node deeper than a level descends from one of its nodes, so
 once the level's first node ends at T, what follows runs after T. With T_j the first end of level
 j and x any node of level j + 1,
@@ -33,19 +33,9 @@ from incsched.problems.decompose import subproblem
 
 from .. import SolverSettings
 from .placement import solve_placement
+from .placement_segments import _relatives
 
-__all__ = ["hop_depth", "level_bound", "level_period"]
-
-
-def hop_depth(problem: PlacementProblem) -> np.ndarray:
-    """Each node's longest path in edges from a source, [n] int64."""
-    g = problem.graph
-    depth = np.zeros(g.n_nodes, dtype=np.int64)
-    for v in g.topological_order().tolist():
-        preds = g.predecessors(v)
-        if preds.size:
-            depth[v] = int(depth[preds].max()) + 1
-    return depth
+__all__ = ["level_bound", "level_period"]
 
 
 def level_period(problem: PlacementProblem) -> int:
@@ -56,7 +46,7 @@ def level_period(problem: PlacementProblem) -> int:
     the same kind of node, and the others cut the steps unevenly (a 15-matrix chain: 499,621 ticks
     at stride 5 against 584,796 at 4).
     """
-    counts = np.bincount(hop_depth(problem))[1:].tolist() if problem.n_nodes else []
+    counts = np.bincount(problem.graph.asap_level)[1:].tolist() if problem.n_nodes else []
     for period in range(1, len(counts) // 2 + 1):
         if all(counts[i] == counts[i + period] for i in range(len(counts) - period)):
             return period
@@ -92,12 +82,9 @@ def level_bound(problem: PlacementProblem, settings: SolverSettings, stride: int
     g, n = problem.graph, problem.n_nodes
     if n == 0:
         return 0, {"steps": [], "proven": True, "seconds": 0.0}
-    depth = hop_depth(problem)
+    depth = g.asap_level
     topo = g.topological_order().tolist()
-    anc = [0] * n
-    for v in topo:
-        for u in g.predecessors(v).tolist():
-            anc[v] |= anc[u] | (1 << u)
+    anc = _relatives(g, forward=True)
     sinks = [v for v in range(n) if g.out_degree[v] == 0]
     deepest = int(depth.max())
     levels = [[v for v in range(n) if depth[v] == d] for d in range(stride, deepest, stride)]
@@ -106,9 +93,9 @@ def level_bound(problem: PlacementProblem, settings: SolverSettings, stride: int
     def chunk_bound(x: int, entries: list[int], floor: int) -> tuple[int, str]:
         # Below the level lies nothing of the chunk: a node deeper than the level descends from
         # one of its nodes, and within x's ancestors that node is one of x's entries.
-        inside = anc[x] | (1 << x)
-        ins = [u for u in entries if inside >> u & 1]
-        body = [v for v in topo if inside >> v & 1 and depth[v] > floor]
+        inside = anc[x] | {x}
+        ins = [u for u in entries if u in inside]
+        body = [v for v in topo if v in inside and depth[v] > floor]
         sub = subproblem(problem, ins + body, instant=tuple(ins))
         fallback = sub.lower_bound_ticks()
         left = None if seconds is None else seconds - (time.perf_counter() - started)
