@@ -7,12 +7,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from incsched.baselines.placement import critical_path_list
 from incsched.baselines.placement_local import local_search
 from incsched.bounds.placement import energetic_heads, placement_bound_details, transfer_heads, transfer_tails
 from incsched.bounds.placement_flow import feeding_budget, flow_bound
 from incsched.evaluate.simulate import simulate
+from incsched.generators import bandwidth_for_comm_ratio, transformer_block
 from incsched.inc_ilp.placement import solve_cpsat
-from incsched.problems import Placement
+from incsched.problems import Placement, PlacementProblem
 from incsched.solvers import SolverSettings
 from oracles import brute_force_makespan, small_placement_problem
 
@@ -173,3 +175,16 @@ def test_flow_without_anchors_and_on_one_device():
     one = small_placement_problem(3, [(0, 1), (0, 2)], [3, 4, 5], [10, 10, 0], D=1)
     assert flow_bound(one) == 12 == brute_force_makespan(one)
     assert flow_bound(small_placement_problem(0, [], [], [], D=2), lower=5) == 5
+
+
+def test_wide_attention_segment_gets_the_flow_by_default():
+    # 32 heads on 8 devices: a 226-node attention segment between cut nodes, transfers out of the
+    # norm and into the sum about 2.4 branches long. Only the feeding budget sees that the norm's
+    # device must run the projections of every head started elsewhere early; the default applies
+    # it to segments this wide too (it once stopped at 120 nodes, leaving the segment at 82,689).
+    g = transformer_block(n_blocks=1, heads=32, ffn_tiles=16, jitter=0.1, kinds=("cpu",), seed=1005)
+    p = PlacementProblem.identical(g, 8, bandwidth=bandwidth_for_comm_ratio(g, 4.0, "cpu"))
+    without = placement_bound_details(p, flow=False)
+    default = placement_bound_details(p)
+    assert default["segment_sum"] >= without["segment_sum"] * 1.08
+    assert default["bound"] <= simulate(p, critical_path_list(p), "ordered").makespan

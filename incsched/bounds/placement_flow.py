@@ -71,8 +71,10 @@ FLOW_MAX_POINTS = 160
 FLOW_PRECISION = 1e-3
 
 #: `incsched.bounds.placement.placement_bound_details` adds the flow bound on problems (and
-#: segments) of at most this many nodes by default (about 0.3 s at 60 nodes, a few s at 300).
-FLOW_MAX_NODES = 120
+#: segments) of at most this many nodes by default: 0.3 s at 60 nodes, 0.7 s on the 226-node
+#: attention segment of a 32-head block, 0.4 s on a 397-node block (a 2-core VM). A wide
+#: fork-join segment is where the feeding budget counts most (32 heads: 82,689 -> 110,152 ticks).
+FLOW_MAX_NODES = 400
 
 
 class feeding_budget:
