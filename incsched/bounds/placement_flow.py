@@ -16,34 +16,41 @@ Fix a schedule of makespan at most T. Devices fall into classes as in `energy_bo
 entry anchor x (the single source) on device δ, and an exit anchor y (the single sink) on device
 ε, either ε = δ (class δ: plain heads and tails; the D - 1 others: heads off x's device and
 tails off y's) or not (δ: plain heads, tails off y; ε: heads off x, plain tails; the D - 2
-others: both off). Every node v on a device of class c runs inside [H_c(v), T - Q_c(v)] (any
-valid heads and tails: `transfer_heads`, `anchored_heads`, their energetic or CP-SAT raised
-versions). Cut time at the window edges into intervals; in interval k of length L_k a node runs
-at most L_k (it sits on one device, which runs one op at a time) and class c does at most
-count_c * L_k of work.
+others: both off). With 2 to D - 1 sources (sinks) and no single one, the anchor is the set of
+them: k anchors sit on at most k devices, counted as exactly k with plain heads (only a
+relaxation), and each way the entry's and the exit's k overlap is a case. Every node v on a
+device of class c runs inside [H_c(v), T - Q_c(v)] (any valid heads and tails:
+`transfer_heads`, `anchored_heads`, their energetic or CP-SAT raised versions). Cut time at the
+window edges into intervals; in interval k of length L_k a node runs at most L_k (it sits on one
+device, which runs one op at a time) and class c does at most count_c * L_k of work.
 
-*Feeding.* Let C be x's successors and t_x = head(x) + p(x) + (cheapest transfer out of x). A
-member of C off δ starts no earlier than t_x. So a node v off δ that starts at s < t_x has every
-member of C among its ancestors, C(v), on δ; the way from each of them to v leaves δ over some
-edge not at x, so they are done by s - λ (λ: the cheapest crossing of an edge not at x): δ runs
-x and then C(v) inside [head(x), s - λ]. For t <= t_x, all work off δ inside [0, t] belongs to
-nodes v off δ started before t, and the union S of their C(v) ran on δ within t - head(x) -
-p(x) - λ. Charging each v's duration in equal shares to the members of C(v) (g(u) = sum over v
-with u in C(v) of p(v) / |C(v)|), the work off δ in [0, t] is at most sum_{u in S} g(u) <= the
-fractional knapsack of items (p(u), g(u)) of that capacity: B_x(t). Mirrored at the exit: work
-off ε inside [T - t, T] is at most B_y(t) for t <= t_y (x's successors replaced by y's
-predecessors).
+*Feeding.* Let HX(u) be u's head off every anchor's device (`anchored_heads`) and, for a window
+length t, call u *pinned* when HX(u) + p(u) >= t: off the anchors' devices u cannot end before t.
+A node v off the anchors' devices that starts at s < t (so HX(v) < t, and v runs at most
+min(p(v), t - HX(v)) inside [0, t]) has every pinned ancestor, R(v), on the anchors' devices
+(off them it would end at t or later, after v started); the way from each of them to v leaves
+those devices over some edge not at an anchor, so they are done by s - λ (λ: the cheapest
+crossing of an edge not at an anchor), and they start no earlier than the anchors' first end.
+So the union S of the R(v) ran on at most k devices within k (t - start - λ). Charging each v's
+work to R(v) in proportion to durations (rate(u) = sum over v with u in R(v) of work(v) /
+p(R(v))), any such S carries at most sum over S of p(u) rate(u): the work off the anchors'
+devices in [0, t] is at most the nodes with no pinned ancestor plus the fractional knapsack of
+items (p(u), p(u) rate(u)) of that capacity: B_x(t), for every t (it bites until the anchors'
+outputs can reach the other devices, t_x = start + the cheapest transfer out of an anchor; the
+chain stops there). Mirrored at the exit: work off ε inside [T - t, T] is at most B_y(t).
 
 So the schedule is a flow source -> v (p_v) -> (v, k) (L_k) -> (c, k) for the classes whose
 window of v holds k -> sink (count_c * L_k), where the flow of the off-δ classes in intervals
 inside [0, t] passes one arc of capacity B_x(t) (a chain over the time points t <= t_x), and the
-same at the end; it saturates every node's arc. When the maximum flow is short of the total work,
+same at the end (where the two chains' windows overlap, an interval joins one of them: where
+the entry's budget stops being the smaller); it saturates every node's arc. When the maximum flow is short of the total work,
 no schedule ends by T. Dropping a constraint (an interval in both the head and the tail chains,
 window edges rounded outwards onto a coarser grid of time points) only relaxes the network, so a
 coarse grid still refutes validly. T is claimed refuted only when every case is, and the
 bisection only raises its low end past a refuted T, so what it returns is always a valid bound,
-also when cut short. Integer ticks, an exact floor of the rational knapsack, and an integer max
-flow (OR-Tools `SimpleMaxFlow`): exact.
+also when cut short. Integer ticks and an integer max flow (OR-Tools `SimpleMaxFlow`); the
+knapsack in floating point, rounded up past its error before the floor (the work is whole ticks),
+so rounding only ever relaxes.
 
 Without feeding constraints the network's cuts include `energy_bound`'s sets (their windows
 widened to the sets' minima), so with the same heads and tails, no coarsening and an exact search
@@ -53,14 +60,11 @@ starts the search at the other families' maximum anyway.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from fractions import Fraction
-
 import numpy as np
 from ortools.graph.python import max_flow
 
 from ..problems.placement import PlacementProblem
-from .placement_heads import INF, _anchors, _costs, anchored_heads, anchored_tails, transfer_heads, transfer_tails
+from .placement_heads import INF, _anchor_sets, _anchors, _as_set, _costs, anchored_heads, anchored_tails, transfer_heads, transfer_tails
 
 __all__ = ["flow_bound", "feeding_budget", "FLOW_MAX_POINTS", "FLOW_MAX_NODES", "FLOW_PRECISION"]
 
@@ -78,93 +82,109 @@ FLOW_MAX_NODES = 400
 
 
 class feeding_budget:
-    """B(t): most work the devices other than the anchor's can do within t of the anchor's side.
+    """B(t): most work the devices holding no anchor can do within t of the anchors' side.
 
-    ``forward``: the anchor is the single source x and B(t) bounds the work off x's device
-    inside [0, t] for t <= ``reach`` (x's head, duration and cheapest outgoing transfer); else
-    the mirror at the single sink. See the module docstring for the proof.
+    ``forward``: the anchors are sources (the single source, or every source) and B(t) bounds the
+    work off their devices inside [0, t]; else the mirror at the sinks. See the module docstring
+    for the proof; B is computed in floating point and rounded up by far more than its error (a
+    larger budget only relaxes the network).
 
     Parameters
     ----------
     problem : PlacementProblem
-    anchor : int
-        The single source (``forward``) or sink.
+    anchor : int or tuple of int
+        The single source (``forward``) or sink, or a tuple of every source (sink).
     head : list of int
         Valid heads (``forward``) or tails of every node: the anchor's bounds when its side starts.
     forward : bool
     """
 
-    def __init__(self, problem: PlacementProblem, anchor: int, head, *, forward: bool = True):
+    def __init__(self, problem: PlacementProblem, anchor: int | tuple[int, ...], head, *, forward: bool = True):
         g = problem.graph
         dmin, cross = _costs(problem)
+        anchors = _as_set(anchor)
         order = g.topological_order().tolist()
         if forward:
-            ptr, nbr, feid = g.pred_ptr.tolist(), g.pred_idx.tolist(), g.succ_edge.tolist()
-            out_ptr = g.succ_ptr.tolist()
-            kids = set(g.succ_idx[g.succ_ptr[anchor]:g.succ_ptr[anchor + 1]].tolist())
+            ptr, nbr = g.pred_ptr.tolist(), g.pred_idx.tolist()
+            out_ptr, feid = g.succ_ptr.tolist(), g.succ_edge.tolist()
+            off = anchored_heads(problem, anchor if len(anchors) > 1 else next(iter(anchors)), list(head))
         else:
             order = order[::-1]
-            ptr, nbr, feid = g.succ_ptr.tolist(), g.succ_idx.tolist(), g.pred_edge.tolist()
-            out_ptr = g.pred_ptr.tolist()
-            kids = set(g.pred_idx[g.pred_ptr[anchor]:g.pred_ptr[anchor + 1]].tolist())
-        edges = feid[out_ptr[anchor]:out_ptr[anchor + 1]]
-        cheapest = min((cross[k] for k in edges), default=INF)
-        self.start = int(head[anchor]) + int(dmin[anchor])  # when the anchor's device is free to feed
-        self.reach = min(self.start + int(cheapest), INF)
-        # Some edge on the way from the anchor's device to a node off it crosses: the fed set is
-        # done that much before the node starts (the cheapest crossing of an edge not at the anchor).
-        at_anchor = set(edges)
+            ptr, nbr = g.succ_ptr.tolist(), g.succ_idx.tolist()
+            out_ptr, feid = g.pred_ptr.tolist(), g.pred_edge.tolist()
+            off = anchored_tails(problem, anchor if len(anchors) > 1 else next(iter(anchors)), list(head))
+        n = g.n_nodes
+        # k anchors sit on at most k devices: together they feed k times one device's time.
+        self.devices = min(len(anchors), problem.n_devices)
+        self.start = min(int(head[a]) + int(dmin[a]) for a in anchors)  # when an anchor's device is first free to feed
+        # On the way from an anchor's device to a node off them some edge not at an anchor crosses:
+        # what the anchors' devices ran for the node is done that much before it starts.
+        at_anchor = {k for a in anchors for k in feid[out_ptr[a]:out_ptr[a + 1]]}
         self.lag = int(min((c for k, c in enumerate(cross) if k not in at_anchor), default=0)) if problem.n_devices > 1 else 0
-        kid_list = sorted(kids)
-        bit = {u: 1 << i for i, u in enumerate(kid_list)}
-        mask = [0] * g.n_nodes  # the anchor's successors among each node's ancestors (bitset)
-        share = [Fraction(0)] * len(kid_list)
+        self._p = np.asarray(dmin, dtype=np.float64)
+        self._off = np.asarray(off, dtype=np.float64)  # earliest start off every anchor's device (INF: an anchor)
+        self._finish = self._off + self._p  # earliest end off the anchors' devices
+        is_anchor = np.zeros(n, dtype=bool)
+        is_anchor[list(anchors)] = True
+        self._movable = ~is_anchor
+        # ancestors (descendants when mirrored) of every node, itself excluded: a boolean matrix
+        anc = np.zeros((n, n), dtype=bool)
         for v in order:
-            if v == anchor:
-                continue
-            m = 0
             for u in nbr[ptr[v]:ptr[v + 1]]:
-                m |= mask[u] | bit.get(u, 0)
-            mask[v] = m
-            if v in kids or m == 0:
-                continue  # off the anchor's device a successor waits for its transfer: never early
-            members = [i for i in range(len(kid_list)) if (m >> i) & 1]
-            part = Fraction(int(dmin[v]), len(members))
-            for i in members:
-                share[i] += part
-        # Fractional knapsack of items (duration, share), best share per tick first.
-        items = [(int(dmin[u]), share[i]) for i, u in enumerate(kid_list) if share[i] > 0]
-        free = sum((s for p, s in items if p == 0), Fraction(0))
-        items = sorted(((p, s) for p, s in items if p > 0), key=lambda it: it[1] / it[0], reverse=True)
-        self._free = free
-        self._items = items
-        self._cum_p = np.cumsum([p for p, _ in items]).tolist() if items else []
+                anc[v] |= anc[u]
+                anc[v, u] = True
+        self._anc = anc
         self._memo: dict[int, int] = {}
-        cum_s, acc = [], Fraction(0)
-        for _, s in items:
-            acc += s
-            cum_s.append(acc)
-        self._cum_s = cum_s
-        self.total = int(free + (cum_s[-1] if cum_s else 0))
+        # reach: the budget holds at every t, but it bites before the anchors' outputs can reach
+        # the other devices; the plain network takes over from there (and the mirrored chain keeps
+        # the intervals near the other end).
+        self.reach = min(self.start + int(min((cross[k] for k in at_anchor), default=INF)), INF)
 
     def __call__(self, t: int) -> int:
-        """The budget within ``t`` of the anchor's side (``t`` <= `reach`), in ticks (floor of the knapsack)."""
-        cap = int(t) - self.start - self.lag
-        if cap < 0:
-            return 0
-        if cap not in self._memo:
-            i = bisect_right(self._cum_p, cap)  # items taken whole
-            value = self._free + (self._cum_s[i - 1] if i > 0 else 0)
-            if i < len(self._items):
-                used = self._cum_p[i - 1] if i > 0 else 0
-                p, s = self._items[i]
-                value += s * Fraction(cap - used, p)
-            self._memo[cap] = int(value)  # floor: the real enabled work is an integer at most the knapsack
-        return self._memo[cap]
+        """The budget within ``t`` of the anchors' side, in ticks (at most all movable work)."""
+        t = int(t)
+        if t not in self._memo:
+            self._memo[t] = self._budget(t)
+        return self._memo[t]
+
+    def _budget(self, t: int) -> int:
+        p, movable = self._p, self._movable
+        # A node v off the anchors' devices running before t has started before t (so its off head
+        # is below t) and runs at most t minus that head; every ancestor that cannot end before t
+        # off the anchors' devices (pinned) ran on them, done by t - lag.
+        early = movable & (self._off < t)
+        work = np.where(early, np.minimum(p, t - self._off), 0.0)
+        pinned = movable & (self._finish >= t)
+        need = self._anc[:, pinned]  # [n, pinned]: each early node's pinned ancestors
+        cost = need.astype(np.float64) @ p[pinned]  # their total duration
+        fed = early & (cost > 0)
+        free = float(work[early & (cost == 0)].sum())  # nothing pinned (or only zero-time nodes) behind it
+        # Charge each fed node's work to its pinned ancestors in proportion to their durations: any
+        # set of pinned nodes the anchors' devices ran pays at least that node's full share. So the
+        # fed work is at most the fractional knapsack of items (duration, duration x rate).
+        rate = need[fed].T.astype(np.float64) @ (work[fed] / cost[fed])  # per pinned node: work fed per tick
+        cap = max(0, t - self.start - self.lag) * self.devices
+        order = np.argsort(-rate, kind="stable")
+        durations = p[pinned][order]
+        taken = np.minimum(durations, np.maximum(0.0, cap - np.concatenate([[0.0], np.cumsum(durations)[:-1]])))
+        value = free + float((taken * rate[order]).sum())
+        # The work is whole ticks, so at most the knapsack's floor; the margin covers the floating
+        # point error (relative 1e-15 per operation), so rounding can only relax.
+        return int(value + value * 1e-9 + 1e-6)
+
+    @property
+    def total(self) -> int:
+        """All the work off the anchors (the budget never needs to exceed it)."""
+        return int(self._p[self._movable].sum())
 
 
-def device_cases(problem: PlacementProblem, head, tail, entry: int | None, exit_: int | None):
-    """The device classes ``[(heads, tails, count, off_entry, off_exit), ...]`` of each case (int64 arrays)."""
+def device_cases(problem: PlacementProblem, head, tail, entry, exit_):
+    """The device classes ``[(heads, tails, count, off_entry, off_exit), ...]`` of each case (int64 arrays).
+
+    ``entry`` / ``exit_``: None, one node, or a tuple of k nodes (every source or sink). k anchors
+    sit on at most k devices; counting exactly k as the anchors' (plain heads or tails) only
+    relaxes, and every way those k overlap the other side's is a case of its own.
+    """
     D = problem.n_devices
     H = np.asarray(head, dtype=np.int64)
     Q = np.asarray(tail, dtype=np.int64)
@@ -172,15 +192,18 @@ def device_cases(problem: PlacementProblem, head, tail, entry: int | None, exit_
     QY = np.asarray(anchored_tails(problem, exit_, list(tail)), dtype=np.int64) if exit_ is not None else Q
     if D == 1 or (entry is None and exit_ is None):
         return [[(H, Q, D, False, False)]]
+    k_in = 0 if entry is None else min(len(_as_set(entry)), D)
+    k_out = 0 if exit_ is None else min(len(_as_set(exit_)), D)
     if exit_ is None:
-        return [[(H, Q, 1, False, False), (HX, Q, D - 1, True, False)]]
+        return [[(H, Q, k_in, False, False), (HX, Q, D - k_in, True, False)]]
     if entry is None:
-        return [[(H, Q, 1, False, False), (H, QY, D - 1, False, True)]]
-    same = [(H, Q, 1, False, False), (HX, QY, D - 1, True, True)]
-    if entry == exit_:
-        return [same]
-    apart = [(H, QY, 1, False, True), (HX, Q, 1, True, False), (HX, QY, D - 2, True, True)]
-    return [same, apart]
+        return [[(H, Q, k_out, False, False), (H, QY, D - k_out, False, True)]]
+    if entry == exit_ and not isinstance(entry, tuple):  # one node, source and sink at once
+        return [[(H, Q, 1, False, False), (HX, QY, D - 1, True, True)]]
+    # j devices hold an entry and an exit anchor, k_in - j an entry only, k_out - j an exit only
+    return [[(H, Q, j, False, False), (H, QY, k_in - j, False, True), (HX, Q, k_out - j, True, False),
+             (HX, QY, D - k_in - k_out + j, True, True)]
+            for j in range(min(k_in, k_out), max(0, k_in + k_out - D) - 1, -1)]
 
 
 def _fits(P: np.ndarray, classes, T: int, max_points: int, feed_in=None, feed_out=None) -> bool:
@@ -201,6 +224,15 @@ def _fits(P: np.ndarray, classes, T: int, max_points: int, feed_in=None, feed_ou
         points = np.unique(points[np.linspace(0, len(points) - 1, max_points).round().astype(np.int64)])
     reach_in = feed_in.reach if feed_in is not None and any(c[3] for c in classes) else None
     reach_out = T - feed_out.reach if feed_out is not None and any(c[4] for c in classes) else None
+    if reach_in is not None and reach_out is not None and reach_out < reach_in:
+        # The two chains' windows overlap and an interval passes one chain only: split where the
+        # entry's budget stops being the smaller one (either split is valid: it drops constraints).
+        split = reach_in
+        for x in points[(points >= reach_out) & (points <= reach_in)]:
+            if feed_in(int(x)) >= feed_out(int(T - x)):
+                split = int(x)
+                break
+        reach_in = reach_out = split
     extra = [x for x in (reach_in, reach_out) if x is not None and points[0] < x < points[-1]]
     if extra:
         points = np.unique(np.concatenate([points, np.asarray(extra, dtype=np.int64)]))
@@ -333,7 +365,9 @@ def flow_bound(
     dmin, _ = _costs(problem)
     P = np.asarray(dmin, dtype=np.int64)
     entries, exits = _anchors(problem)
-    entry, exit_ = entries[-1], exits[-1]
+    entry_sets, exit_sets = _anchor_sets(problem)  # 2 to D - 1 sources (sinks): some device holds none
+    entry = entries[-1] if entries[-1] is not None else entry_sets[-1]
+    exit_ = exits[-1] if exits[-1] is not None else exit_sets[-1]
     cases = device_cases(problem, head, tail, entry, exit_)
     feed_in = feed_out = None
     if feeding and problem.n_devices > 1:
