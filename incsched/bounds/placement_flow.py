@@ -107,12 +107,12 @@ class feeding_budget:
         if forward:
             ptr, nbr = g.pred_ptr.tolist(), g.pred_idx.tolist()
             out_ptr, feid = g.succ_ptr.tolist(), g.succ_edge.tolist()
-            off = anchored_heads(problem, anchor if len(anchors) > 1 else next(iter(anchors)), list(head))
+            off = anchored_heads(problem, anchor, list(head))
         else:
             order = order[::-1]
             ptr, nbr = g.succ_ptr.tolist(), g.succ_idx.tolist()
             out_ptr, feid = g.pred_ptr.tolist(), g.pred_edge.tolist()
-            off = anchored_tails(problem, anchor if len(anchors) > 1 else next(iter(anchors)), list(head))
+            off = anchored_tails(problem, anchor, list(head))
         n = g.n_nodes
         # k anchors sit on at most k devices: together they feed k times one device's time.
         self.devices = min(len(anchors), problem.n_devices)
@@ -157,6 +157,9 @@ class feeding_budget:
         pinned = movable & (self._finish >= t)
         need = self._anc[:, pinned]  # [n, pinned]: each early node's pinned ancestors
         cost = need.astype(np.float64) @ p[pinned]  # their total duration
+        # ... and the anchors' devices ran all of them: v starts no earlier than start + lag + their
+        # total duration over the k devices, which caps its work by t as well.
+        work = np.where(cost > 0, np.clip(np.minimum(work, t - self.start - self.lag - cost / self.devices), 0.0, None), work)
         fed = early & (cost > 0)
         free = float(work[early & (cost == 0)].sum())  # nothing pinned (or only zero-time nodes) behind it
         # Charge each fed node's work to its pinned ancestors in proportion to their durations: any
@@ -171,11 +174,6 @@ class feeding_budget:
         # The work is whole ticks, so at most the knapsack's floor; the margin covers the floating
         # point error (relative 1e-15 per operation), so rounding can only relax.
         return int(value + value * 1e-9 + 1e-6)
-
-    @property
-    def total(self) -> int:
-        """All the work off the anchors (the budget never needs to exceed it)."""
-        return int(self._p[self._movable].sum())
 
 
 def device_cases(problem: PlacementProblem, head, tail, entry, exit_):
