@@ -124,45 +124,27 @@ def check_feeding(p, sched) -> None:
             assert int(work[off].sum()) <= budget(t), (forward, t, int(work[off].sum()), budget(t))
 
 
-@given(scheduled(max_middle=9))
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# one source and sink, or several of each (anchored on their sets)
+SCHEDULED = st.one_of(scheduled(max_middle=9), scheduled(multi=True, max_middle=9, max_devices=5))
+TINY = st.one_of(fork_problems(max_middle=4, max_devices=3), multi_problems(max_middle=2, max_devices=3))
+
+
+@given(SCHEDULED)
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_feeding_budget_holds_in_any_schedule(case):
     check_feeding(*case)
 
 
-@given(scheduled(multi=True, max_middle=9, max_devices=5))
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_feeding_budget_of_every_source_holds_in_any_schedule(case):
-    check_feeding(*case)
-
-
-@given(scheduled(max_middle=9))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SCHEDULED)
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_flow_below_any_schedule(case):
     p, sched = case
     for name, value in every_flow(p).items():
         assert value <= sched.makespan, f"{name} = {value} exceeds a schedule's makespan {sched.makespan}"
 
 
-@given(scheduled(multi=True, max_middle=9, max_devices=5))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_flow_with_several_sources_below_any_schedule(case):
-    p, sched = case
-    for name, value in every_flow(p).items():
-        assert value <= sched.makespan, f"{name} = {value} exceeds a schedule's makespan {sched.makespan}"
-
-
-@given(multi_problems(max_middle=2, max_devices=3))
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_flow_with_several_sources_below_brute_force(p):
-    assume(p.n_nodes <= 5)
-    best = brute_force_makespan(p)
-    for name, value in every_flow(p).items():
-        assert value <= best, f"{name} = {value} exceeds the optimum {best}"
-
-
-@given(fork_problems(max_middle=4, max_devices=3))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(TINY)
+@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_flow_below_brute_force(p):
     assume(p.n_nodes <= 5)
     best = brute_force_makespan(p)
