@@ -37,14 +37,15 @@ def heads(k: int, devices: int, crossing_bytes: int = 400):
     return problem_of(len(secs), edges, secs, out, D=devices, bandwidth=10.0)
 
 
-@pytest.mark.parametrize("k,devices", [(3, 2), (3, 3), (4, 4)])
-def test_the_queues_bound_heads_above_every_other_family_and_below_the_optimum(k, devices):
+# (3, 2): the flow's feeding budget (pinned ancestors) reaches the queues' 69 ticks too (optimum 74).
+@pytest.mark.parametrize("k,devices,above", [(3, 2, False), (3, 3, True), (4, 4, True)])
+def test_the_queues_bound_heads_above_every_other_family_and_below_the_optimum(k, devices, above):
     p = heads(k, devices)
     families = placement_bound_details(p)["bound"]
     bound, capped = queue_bound(p, EXACT)
     opt = solve_cpsat(p, EXACT)
     assert opt.status == "optimal" and not capped
-    assert families < bound <= opt.objective
+    assert (families < bound if above else families == bound) and bound <= opt.objective
     assert segment_bound(p, EXACT)[0] >= bound  # the segment phase's relaxation includes it
 
 
