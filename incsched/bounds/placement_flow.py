@@ -63,6 +63,7 @@ from __future__ import annotations
 import numpy as np
 from ortools.graph.python import max_flow
 
+from ..graph.dag import ancestor_matrix
 from ..problems.placement import PlacementProblem
 from .placement_heads import INF, _anchor_sets, _anchors, _as_set, _costs, anchored_heads, anchored_tails, transfer_heads, transfer_tails
 
@@ -103,16 +104,14 @@ class feeding_budget:
         g = problem.graph
         dmin, cross = _costs(problem)
         anchors = _as_set(anchor)
-        order = g.topological_order().tolist()
+        anc = ancestor_matrix(g)  # each node's ancestors; descendants, its transpose, when mirrored
         if forward:
-            ptr, nbr = g.pred_ptr.tolist(), g.pred_idx.tolist()
             out_ptr, feid = g.succ_ptr.tolist(), g.succ_edge.tolist()
             off = anchored_heads(problem, anchor, list(head))
         else:
-            order = order[::-1]
-            ptr, nbr = g.succ_ptr.tolist(), g.succ_idx.tolist()
             out_ptr, feid = g.pred_ptr.tolist(), g.pred_edge.tolist()
             off = anchored_tails(problem, anchor, list(head))
+            anc = np.ascontiguousarray(anc.T)
         n = g.n_nodes
         # k anchors sit on at most k devices: together they feed k times one device's time.
         self.devices = min(len(anchors), problem.n_devices)
@@ -127,12 +126,6 @@ class feeding_budget:
         is_anchor = np.zeros(n, dtype=bool)
         is_anchor[list(anchors)] = True
         self._movable = ~is_anchor
-        # ancestors (descendants when mirrored) of every node, itself excluded: a boolean matrix
-        anc = np.zeros((n, n), dtype=bool)
-        for v in order:
-            for u in nbr[ptr[v]:ptr[v + 1]]:
-                anc[v] |= anc[u]
-                anc[v, u] = True
         self._anc = anc
         self._memo: dict[int, int] = {}
         # reach: the budget holds at every t, but it bites before the anchors' outputs can reach

@@ -34,6 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import InfeasibleProblem
+from ..graph.dag import ancestor_matrix
 from ..problems.stage import StageProblem, exact_number
 
 __all__ = ["stage_term_bounds", "stage_lower_bound", "Closure", "closure", "stage_ranges", "peak_lower_bound", "crossing_bounds", "ProofBound", "proof_bound",
@@ -136,13 +137,7 @@ def closure(problem: StageProblem) -> Closure | None:
     n = g.n_nodes
     if n > MAX_CLOSURE_NODES:
         return None
-    anc = np.zeros((n, n), dtype=bool)
-    pred_ptr, pred_idx = g.pred_ptr.tolist(), g.pred_idx.tolist()
-    for v in g.topological_order().tolist():
-        row = anc[v]
-        row[v] = True
-        for k in range(pred_ptr[v], pred_ptr[v + 1]):
-            row |= anc[pred_idx[k]]
+    anc = ancestor_matrix(g, reflexive=True)
     p = np.asarray(g.param_bytes, dtype=np.int64)
     counting = anc.astype(np.float64 if int(p.sum()) < 2**53 else np.int64)
     if problem.capacity is None and problem.memory is None:

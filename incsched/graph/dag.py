@@ -104,6 +104,34 @@ def _find_cycle(graph: CompGraph, indeg_left: list[int]) -> list[int]:
     return list(reversed(walk[seen[v]:]))
 
 
+# ---------------------------------------------------------------------- reachability
+
+
+def ancestor_matrix(graph: CompGraph, reflexive: bool = False) -> np.ndarray:
+    """``anc[v, u]``: u is an ancestor of v (or u == v with ``reflexive``); its transpose gives descendants.
+
+    A dense boolean [n, n] matrix, built row by row in topological order: meant for graphs of a few
+    thousand nodes at most (the callers cap their size).
+
+    Examples
+    --------
+    >>> from incsched.graph import CompGraph
+    >>> ancestor_matrix(CompGraph(["a", "b", "c"], ["a", "b"], ["b", "c"])).astype(int).tolist()
+    [[0, 0, 0], [1, 0, 0], [1, 1, 0]]
+    """
+    n = graph.n_nodes
+    anc = np.zeros((n, n), dtype=bool)
+    pred_ptr, pred_idx = graph.pred_ptr.tolist(), graph.pred_idx.tolist()
+    for v in graph.topological_order().tolist():
+        row = anc[v]
+        for u in pred_idx[pred_ptr[v]:pred_ptr[v + 1]]:
+            row |= anc[u]
+            row[u] = True
+    if reflexive:
+        anc[np.arange(n), np.arange(n)] = True
+    return anc
+
+
 # ---------------------------------------------------------------------- levels (edge counts)
 
 
