@@ -192,6 +192,33 @@ def test_inc_ilp_segment_phase_runs_the_decision_proofs():
     assert r.lower_bound <= r.objective and all(w["bound"] <= w["objective"] for w in phases if w["objective"] is not None)
 
 
+@pytest.mark.slow
+def test_segment_probes_are_capped_by_the_clock_alone_where_it_is_the_budget(monkeypatch):
+    # Where the clock is the budget the probes share wall seconds and no run has a work cap of its
+    # own (capped at an even part, 60-s runs decided no probe); with a work budget each run gets
+    # its even part of it and no clock, so the run repeats.
+    import incsched.inc_ilp.placement as placement
+
+    seen, real = [], placement.segment_proof_bound
+
+    def spy(sub, upper, settings_, **kw):
+        bound, probes = real(sub, upper, settings_, **kw)
+        seen.append((settings_.time_limit, kw["seconds"], probes))
+        return bound, probes
+
+    monkeypatch.setattr(placement, "segment_proof_bound", spy)
+    p = transformer_problem(heads=2, ffn_tiles=2)
+    tuning = Tuning(placement_probe_seconds_per_node=0.0, placement_search_linearization=1, placement_moves_share=0.0)
+    solve(p, "inc-ilp", time_limit=3.0, tuning=tuning)
+    assert seen and all(limit == float("inf") and 0 < seconds <= 3.0 for limit, seconds, _ in seen)
+    seen.clear()
+    r = solve(p, "inc-ilp", time_limit=60.0, work_limit=0.1, tuning=tuning)
+    assert seen and all(limit < 1.0 and seconds is None for limit, seconds, _ in seen)
+    # each probe reports the deterministic seconds it used, which the run is charged
+    assert all(pr["work"] >= 0 for *_, probes in seen for pr in probes) and any(pr["work"] > 0 for *_, probes in seen for pr in probes)
+    assert r.reproducible
+
+
 # ---------------------------------------------------------------------- the segment decision model (proofs)
 
 

@@ -536,10 +536,14 @@ def segments(ctx: Context) -> None:
             ctx.elapsed() + t.placement_relaxation_pass_share * (phase_end - ctx.elapsed()))
         # The probes go smallest segment first: a small segment's decision model is settled
         # sooner (a 42-op MLP on 4 devices refuted a third of its gap in 1.5 s, offsets included; a
-        # 58-op attention nothing in 3 s), and where the clock is the budget each gets at least
+        # 58-op attention nothing in 3 s), and among equal sizes the widest gap first (a refuted
+        # third of it raises the bound most). Where the clock is the budget each gets at least
         # `placement_probe_seconds_per_node` a node while the pass has them, and none is probed with less.
-        by_size = sorted(open_, key=lambda key: len(unique[key][0]))
-        for round_, end, keys_ in (("relaxation", relax_end, relaxed), ("probes", phase_end, by_size)):
+        # Segments above `placement_probe_max_nodes` are left to their bound-phase bounds.
+        by_size = sorted((key for key in open_ if len(unique[key][0]) <= t.placement_probe_max_nodes),
+                         key=lambda key: (len(unique[key][0]), found[key][1] - found[key][2]["objective"]))
+        for round_, keys_ in (("relaxation", relaxed), ("probes", by_size)):
+            end = relax_end if round_ == "relaxation" else _probes_end(ctx, phase_end, [len(unique[key][0]) for key in keys_])
             for i, key in enumerate(keys_):
                 pl, bound, info = found[key]
                 if ctx.stopped() or bound >= info["objective"]:
@@ -563,6 +567,18 @@ def segments(ctx: Context) -> None:
             found[key] = pl, bound, {}
     total = sum(found[key][1] - (i > 0) for i, key in enumerate(keys))  # minus one tick per entry cut node
     ctx.raise_bound(total, "segments", "segments")
+
+
+def _probes_end(ctx: Context, phase_end: float | None, sizes: list[int]) -> float | None:
+    """Where the clock is the budget, when the probes pass ends: at the segment phase's end, or
+    later where the segments to probe need more for their least times, up to
+    `Tuning.placement_probe_wall_share` of the run's wall seconds left (the rounds after the
+    segments get the rest: on the transformer blocks at 60 s they shortened the makespan by
+    0-0.4 %, where a refuted probe raised the bound by 0.6-1 %)."""
+    if phase_end is None:
+        return None
+    need = ctx.tuning.placement_probe_seconds_per_node * sum(sizes)
+    return max(phase_end, ctx.elapsed() + min(need, ctx.tuning.placement_probe_wall_share * ctx.wall_left()))
 
 
 def _pinned(own: Placement, keep: list[int]) -> PlacementWindow:
@@ -654,13 +670,19 @@ def _segment_relaxation_bound(ctx: Context, sub: PlacementProblem, bound: int, s
 
 def _segment_probes(ctx: Context, sub: PlacementProblem, makespan: int, bound: int, work: float, share: float) -> tuple[int, dict]:
     """A segment's bound raised by the decision model's refutations below ``makespan`` (one run per
-    exit case per probe); ``share``: of the time limit, their wall cap together where the clock is the budget
-    (any one run may use what the earlier ones left: a refutation takes about a second, see `segment_proof_bound`)."""
+    exit case per probe); ``share``: of the time limit, their wall cap together where the clock is the budget.
+
+    Where the clock is the budget a run is capped by that share alone: any one may use what the
+    earlier ones left (`segment_proof_bound`). Capped at an even part of ``work`` each (0.24
+    deterministic s in a 60-s tblock2_d8), no probe of its 42-op MLP segments was decided, where
+    the first takes 2.2-2.9 wall s to refute a third of the gap. With a work budget, each run
+    gets its even part, which keeps the run reproducible.
+    """
     runs = 2 * ctx.tuning.placement_proof_probes
-    per_run = work * ctx.tuning.placement_proof_share / runs
+    per_run = None if ctx.clock_is_budget else work * ctx.tuning.placement_proof_share / runs
     proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run, wall_share=share), lower=bound,
                                          probes=ctx.tuning.placement_proof_probes,
                                          seconds=share * ctx.time_limit if ctx.clock_is_budget else None)
-    # at most what the probes may have used
-    ctx.spend(2 * per_run * len(probes) if ctx.deterministic else 0.0, wall_capped=any(pr["wall_capped"] for pr in probes))
+    log.debug("segment probes (%.1f s): %s", share * ctx.time_limit, [(pr["makespan"], pr["verdict"], round(pr["seconds"], 1)) for pr in probes])
+    ctx.spend(sum(pr["work"] for pr in probes) if ctx.deterministic else 0.0, wall_capped=any(pr["wall_capped"] for pr in probes))
     return max(bound, proven), {"probes": len(probes)}

@@ -196,10 +196,17 @@ class Tuning:
     placement_proof_share: float = 0.2
     placement_proof_probes: int = 4
     #: Where the clock is the budget, a segment is probed only with at least this many wall seconds
-    #: per node: the decision models' offsets take about a second and a refutation another on a
-    #: 42-op MLP (quiet machine); with a tenth of a second per run, every probe of 60-s transformer
-    #: runs went undecided.
-    placement_probe_seconds_per_node: float = 0.04
+    #: per node: on a 42-op MLP on 8 devices the decision model's offsets take about a second and
+    #: refuting a third of the gap 2.2-2.9 s more (60-s tblock2_d8); with 0.04 (1.7 s) every probe
+    #: went undecided, with 0.1 both MLP segments refuted one (bound 461,631 -> 471,005).
+    placement_probe_seconds_per_node: float = 0.1
+    #: Segments of more ops are not probed: no probe of them was decided in 15-30 s a case (58-op
+    #: attention on 4 and 8 devices, 62- and 82-op MLPs on tblock2_ffn12_d4, tblock2_h16_d8 and
+    #: tblock1_h32_d8), while 42-op MLPs on 8 devices refute a third of their gap in 2-3.5 s.
+    placement_probe_max_nodes: int = 48
+    #: The probes pass may run past the segment phase's end until each segment to probe has had its
+    #: least time, up to this share of the run's wall seconds then left (`_probes_end` in placement.py).
+    placement_probe_wall_share: float = 0.7
     #: Where the clock is the budget: the share of the segment phase's wall seconds its search pass
     #: gets (the bounds pass has the rest); a segment's part of a pass (by size, of what the pass
     #: has left) goes to local search from the incumbent's schedule and to CP-SAT in these shares,
