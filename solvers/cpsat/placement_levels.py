@@ -28,12 +28,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from incsched.graph.dag import ancestor_matrix
 from incsched.problems import PlacementProblem
 from incsched.problems.decompose import subproblem
 
 from .. import SolverSettings
 from .placement import solve_placement
-from .placement_segments import _relatives
 
 __all__ = ["level_bound", "level_period"]
 
@@ -84,7 +84,7 @@ def level_bound(problem: PlacementProblem, settings: SolverSettings, stride: int
         return 0, {"steps": [], "proven": True, "seconds": 0.0}
     depth = g.asap_level
     topo = g.topological_order().tolist()
-    anc = _relatives(g, forward=True)
+    anc = ancestor_matrix(g, reflexive=True)  # anc[x]: x and its ancestors
     sinks = [v for v in range(n) if g.out_degree[v] == 0]
     deepest = int(depth.max())
     levels = [[v for v in range(n) if depth[v] == d] for d in range(stride, deepest, stride)]
@@ -93,9 +93,9 @@ def level_bound(problem: PlacementProblem, settings: SolverSettings, stride: int
     def chunk_bound(x: int, entries: list[int], floor: int) -> tuple[int, str]:
         # Below the level lies nothing of the chunk: a node deeper than the level descends from
         # one of its nodes, and within x's ancestors that node is one of x's entries.
-        inside = anc[x] | {x}
-        ins = [u for u in entries if u in inside]
-        body = [v for v in topo if v in inside and depth[v] > floor]
+        inside = anc[x]
+        ins = [u for u in entries if inside[u]]
+        body = [v for v in topo if inside[v] and depth[v] > floor]
         sub = subproblem(problem, ins + body, instant=tuple(ins))
         fallback = sub.lower_bound_ticks()
         left = None if seconds is None else seconds - (time.perf_counter() - started)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from incsched.graph.dag import find_root
+from incsched.graph.dag import ancestor_matrix, find_root
 from incsched.problems import PlacementProblem
 from incsched.problems.decompose import subproblem
 
@@ -395,16 +395,6 @@ def _segment_shape(problem: PlacementProblem) -> tuple[int, int] | None:
     return int(sources[0]), int(sinks[0])
 
 
-def _relatives(g, forward: bool) -> list[set[int]]:
-    """Ancestors (forward) or descendants of every node."""
-    order = g.topological_order().tolist()
-    out: list[set[int]] = [set() for _ in range(g.n_nodes)]
-    for v in (order if forward else order[::-1]):
-        for u in (g.predecessors(v) if forward else g.successors(v)).tolist():
-            out[v] |= out[u] | {u}
-    return out
-
-
 def _off_device_offsets(problem, costs: _SegmentCosts, entry: int, exit_: int, settings: SolverSettings,
                         runs: list[tuple[bool, float]] | None = None, deadline: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Earliest start of each node off the entry's device, least tail of each node off the exit's device.
@@ -421,11 +411,13 @@ def _off_device_offsets(problem, costs: _SegmentCosts, entry: int, exit_: int, s
     cache: dict[bytes, int] = {}
     topo_pos = np.empty(g.n_nodes, dtype=np.int64)
     topo_pos[g.topological_order()] = np.arange(g.n_nodes)
-    for rel, out, forward in ((_relatives(g, True), head, True), (_relatives(g, False), tail, False)):
+    anc = ancestor_matrix(g)
+    for related, out in ((anc, head), (anc.T, tail)):  # a row of anc.T: the node's descendants
         for v in range(g.n_nodes):
-            if not 0 < len(rel[v]) <= _OFFSET_NODES or _stopped(settings) or (deadline is not None and time.perf_counter() >= deadline):
+            rel = np.flatnonzero(related[v]).tolist()
+            if not 0 < len(rel) <= _OFFSET_NODES or _stopped(settings) or (deadline is not None and time.perf_counter() >= deadline):
                 continue  # a node left keeps its cheapest-crossing offset, which stays valid
-            nodes = sorted(rel[v] | {v}, key=lambda u: topo_pos[u])
+            nodes = sorted([*rel, v], key=lambda u: topo_pos[u])
             sub = subproblem(problem, nodes)
             key = sub.signature()
             if key not in cache:
