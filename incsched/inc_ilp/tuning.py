@@ -191,8 +191,9 @@ class Tuning:
     #: each segment's transfer-aware relaxation bound (it proves in well under one second).
     placement_segment_share: float = 0.75
     placement_relaxation_work: float = 2.0
-    #: Refuting short makespans of a segment gets this share of the segment's solve time on top,
-    #: over at most this many bisection probes of two runs each.
+    #: Refuting short makespans of a segment gets at most this many bisection probes of two runs
+    #: each; with a work budget, each run an even part of this share of the segment's work (where
+    #: the clock is the budget, the probes pass's wall seconds bound them instead).
     placement_proof_share: float = 0.2
     placement_proof_probes: int = 4
     #: Where the clock is the budget, a segment is probed only with at least this many wall seconds
