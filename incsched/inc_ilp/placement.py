@@ -539,11 +539,16 @@ def segments(ctx: Context) -> None:
         # 58-op attention nothing in 3 s), and among equal sizes the widest gap first (a refuted
         # third of it raises the bound most). Where the clock is the budget each gets at least
         # `placement_probe_seconds_per_node` a node while the pass has them, and none is probed with less.
-        # Segments above `placement_probe_max_nodes` are left to their bound-phase bounds.
-        by_size = sorted((key for key in open_ if len(unique[key][0]) <= t.placement_probe_max_nodes),
-                         key=lambda key: (len(unique[key][0]), found[key][1] - found[key][2]["objective"]))
-        for round_, keys_ in (("relaxation", relaxed), ("probes", by_size)):
-            end = relax_end if round_ == "relaxation" else _probes_end(ctx, phase_end, [len(unique[key][0]) for key in keys_])
+        # Segments above `placement_probe_max_nodes` are left to their bound-phase bounds. The order
+        # and the pass's end are taken once the relaxations have raised (or closed) the segments.
+        for round_ in ("relaxation", "probes"):
+            if round_ == "relaxation":
+                keys_, end = relaxed, relax_end
+            else:
+                keys_ = sorted((key for key in open_ if len(unique[key][0]) <= t.placement_probe_max_nodes
+                                and found[key][1] < found[key][2]["objective"]),
+                               key=lambda key: (len(unique[key][0]), found[key][1] - found[key][2]["objective"]))
+                end = _probes_end(ctx, phase_end, [len(unique[key][0]) for key in keys_])
             for i, key in enumerate(keys_):
                 pl, bound, info = found[key]
                 if ctx.stopped() or bound >= info["objective"]:
