@@ -219,6 +219,29 @@ def test_segment_probes_are_capped_by_the_clock_alone_where_it_is_the_budget(mon
     assert r.reproducible
 
 
+def test_bound_phase_runs_one_deterministic_worker_in_either_mode(monkeypatch):
+    # With 2 workers the window bounds once got 6 wall s, which the pure-Python families shared:
+    # chained matmul 15x2 on 4 devices fell 10 % below the deterministic mode's bound. Now both
+    # modes give them the same deterministic seconds, and so the same bound where the clock does not cut.
+    import incsched.inc_ilp.placement as placement
+
+    seen, real = [], placement.placement_bound_cpsat
+
+    def spy(problem, settings_, *args, **kw):
+        bound, info = real(problem, settings_, *args, **kw)
+        seen.append((settings_, bound, info["reproducible"]))
+        return bound, info
+
+    monkeypatch.setattr(placement, "placement_bound_cpsat", spy)
+    p = transformer_problem(heads=2, ffn_tiles=2)
+    solve(p, "inc-ilp", time_limit=4.0, deterministic=False, workers=2)
+    solve(p, "inc-ilp", time_limit=4.0)
+    assert len(seen) == 2 and all(s.deterministic and s.workers == 1 for s, *_ in seen)
+    assert seen[0][0].time_limit == seen[1][0].time_limit
+    if seen[0][2] and seen[1][2]:
+        assert seen[0][1] == seen[1][1]
+
+
 # ---------------------------------------------------------------------- the segment decision model (proofs)
 
 

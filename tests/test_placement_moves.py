@@ -105,14 +105,14 @@ def test_inc_ilp_polishes_with_moves_and_keeps_local_search_without_them():
     g = chained_matmul(n_matrices=5, tiles=2, kinds=("cpu",), jitter=0.1, seed=2)
     p = PlacementProblem.identical(g, 4, bandwidth=bandwidth_for_comm_ratio(g, 4.0, "cpu"))
     # Work-bounded with a clock to spare: nothing is cut by the clock, so the run must repeat.
-    moved = solve(p, time_limit=60.0, work_limit=0.3)
+    moved = solve(p, time_limit=60.0, work_limit=0.1)
     steps = {s["phase"]: s for s in moved.provenance["steps"]}
     assert "moves" in steps and "local_search" not in steps and steps["moves"]["evaluations"] > 0
     assert steps["moves"]["objective"] <= steps["moves"]["start"]
     assert moved.objective <= steps["moves"]["objective"]
-    again = solve(p, time_limit=60.0, work_limit=0.3)
+    again = solve(p, time_limit=60.0, work_limit=0.1)
     assert moved.reproducible and again.objective == moved.objective and again.device == moved.device
-    plain = solve(p, time_limit=60.0, work_limit=0.3, tuning=Tuning(placement_moves_share=0.0))
+    plain = solve(p, time_limit=60.0, work_limit=0.1, tuning=Tuning(placement_moves_share=0.0))
     phases = [s["phase"] for s in plain.provenance["steps"]]
     assert "moves" not in phases and "local_search" in phases
 

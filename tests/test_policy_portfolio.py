@@ -35,11 +35,11 @@ def test_once_loaded_the_policy_is_always_in_the_portfolio():
     assert rl.objective is not None and policy_loaded("placement")
     # a limit below the rule's (here raised to 100 s, so that a loaded machine cannot end the run first)
     short = incsched.Tuning(policy_min_seconds=100)
-    r = incsched.solve(p, time_limit=30, work_limit=0.3, tuning=short)
+    r = incsched.solve(p, time_limit=30, work_limit=0.05, tuning=short)
     assert "rl" in _portfolio_step(r)["scores"]
     assert r.objective <= rl.objective
     assert r.reproducible  # taken by rule (it is loaded), not by the clock
-    again = incsched.solve(p, time_limit=30, work_limit=0.3, tuning=short)
+    again = incsched.solve(p, time_limit=30, work_limit=0.05, tuning=short)
     assert r.to_json(timing=False) == again.to_json(timing=False)
 
 

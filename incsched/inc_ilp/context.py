@@ -184,7 +184,7 @@ class Context:
         return self.work_limit is None
 
     def settings(self, work: float | None = None, *, workers: int | None = None, wall_share: float | None = None,
-                 linearization: int | None = None) -> SolverSettings:
+                 linearization: int | None = None, deterministic: bool | None = None) -> SolverSettings:
         """Settings of one CP-SAT call allowed ``work`` (None: all that is left of the budget).
 
         Deterministic mode: one worker bounded by deterministic time, the clock as its wall cap
@@ -192,6 +192,7 @@ class Context:
         ``workers`` (default the run's) in parallel and ``work`` read as wall seconds.
         ``wall_share``: where `clock_is_budget`, the call's wall seconds are also capped at this
         share of the time limit. ``linearization``: CP-SAT's linearization level (None: its default).
+        ``deterministic``: True runs this call the deterministic way in either mode (None: the run's mode).
         """
         self._arm_clock()
         self.collect()  # an answer that arrived from a child process becomes the hint of this search
@@ -199,7 +200,7 @@ class Context:
         wall = max(self.wall_left(), 1e-3)
         if wall_share is not None and self.clock_is_budget:
             wall = max(min(wall, wall_share * self.time_limit), 1e-3)
-        if self.deterministic:
+        if self.deterministic if deterministic is None else deterministic:
             return SolverSettings(
                 time_limit=max(cap, 1e-3), deterministic=True, seed=self.seed, workers=1,
                 wall_cap_s=wall, probing_level=self.probing_level, linearization_level=linearization, stop=self.stop,
