@@ -219,27 +219,36 @@ def test_segment_probes_are_capped_by_the_clock_alone_where_it_is_the_budget(mon
     assert r.reproducible
 
 
-def test_bound_phase_runs_one_deterministic_worker_in_either_mode(monkeypatch):
-    # With 2 workers the window bounds once got 6 wall s, which the pure-Python families shared:
-    # chained matmul 15x2 on 4 devices fell 10 % below the deterministic mode's bound. Now both
-    # modes give them the same deterministic seconds, and so the same bound where the clock does not cut.
+def test_proof_side_runs_one_deterministic_worker_in_either_mode(monkeypatch):
+    # The window bounds, the segment relaxations and the probes prove bounds, not answers: with 2
+    # workers the windows once got 6 wall s shared with the pure-Python families (chained matmul
+    # 15x2 on 4 devices fell 10 % below the deterministic mode's bound), and a probe's refutation
+    # took 1.8-2.6 times as long. Both modes now give them one worker and the same deterministic seconds.
     import incsched.inc_ilp.placement as placement
+    from incsched.inc_ilp.context import Context
 
-    seen, real = [], placement.placement_bound_cpsat
+    seen = {"bound": [], "relaxation": [], "probes": []}
 
-    def spy(problem, settings_, *args, **kw):
-        bound, info = real(problem, settings_, *args, **kw)
-        seen.append((settings_, bound, info["reproducible"]))
-        return bound, info
+    def spy(name, real, at):
+        def call(*args, **kw):
+            seen[name].append(args[at])
+            return real(*args, **kw)
+        monkeypatch.setattr(placement, real.__name__, call)
 
-    monkeypatch.setattr(placement, "placement_bound_cpsat", spy)
+    spy("bound", placement.placement_bound_cpsat, 1)
+    spy("relaxation", placement.segment_bound, 1)
+    spy("probes", placement.segment_proof_bound, 2)
     p = transformer_problem(heads=2, ffn_tiles=2)
     solve(p, "inc-ilp", time_limit=4.0, deterministic=False, workers=2)
     solve(p, "inc-ilp", time_limit=4.0)
-    assert len(seen) == 2 and all(s.deterministic and s.workers == 1 for s, *_ in seen)
-    assert seen[0][0].time_limit == seen[1][0].time_limit
-    if seen[0][2] and seen[1][2]:
-        assert seen[0][1] == seen[1][1]
+    assert len(seen["bound"]) == 2 and seen["bound"][0].time_limit == seen["bound"][1].time_limit
+    # a segment's relaxation and probes, called as the segment phase calls them in a 2-worker run
+    nodes = max(segments(p), key=len)
+    sub = subproblem(p, nodes, instant=(nodes[0],))
+    ctx = Context(sub, time_limit=4.0, work_limit=None, deterministic=False, workers=2, seed=0, check=lambda *a: None)
+    bound = placement._segment_relaxation_bound(ctx, sub, sub.lower_bound_ticks(), 0.3)[0]
+    placement._segment_probes(ctx, sub, bound + 1000, bound, 1.0, 0.3)
+    assert all(seen.values()) and all(s.deterministic and s.workers == 1 for calls in seen.values() for s in calls)
 
 
 # ---------------------------------------------------------------------- the segment decision model (proofs)

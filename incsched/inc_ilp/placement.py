@@ -671,7 +671,7 @@ def _segment_relaxation_bound(ctx: Context, sub: PlacementProblem, bound: int, s
     (a third per CP-SAT run: most need three, the queues' two cases and one of the relaxation's)."""
     # It starts from the combinatorial families on the segment alone; the queues rise from there.
     bound = max(bound, placement_lower_bound(sub))
-    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / 3), lower=bound)
+    relaxed, capped = segment_bound(sub, ctx.settings(ctx.tuning.placement_relaxation_work, wall_share=share / 3, deterministic=True), lower=bound)
     ctx.spend(0.0, wall_capped=capped)
     return max(bound, relaxed), {"relaxation": relaxed}
 
@@ -684,13 +684,14 @@ def _segment_probes(ctx: Context, sub: PlacementProblem, makespan: int, bound: i
     earlier ones left (`segment_proof_bound`). Capped at an even part of ``work`` each (0.24
     deterministic s in a 60-s tblock2_d8), no probe of its 42-op MLP segments was decided, where
     the first takes 2.2-2.9 wall s to refute a third of the gap. With a work budget, each run
-    gets its even part, which keeps the run reproducible.
+    gets its even part, which keeps the run reproducible. One deterministic worker in either mode,
+    as the bound phase: with two, the same refutations took 1.8-2.6 times as long.
     """
     runs = 2 * ctx.tuning.placement_proof_probes
     per_run = None if ctx.clock_is_budget else work * ctx.tuning.placement_proof_share / runs
-    proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run, wall_share=share), lower=bound,
+    proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run, wall_share=share, deterministic=True), lower=bound,
                                          probes=ctx.tuning.placement_proof_probes,
                                          seconds=share * ctx.time_limit if ctx.clock_is_budget else None)
     log.debug("segment probes (%.1f s): %s", share * ctx.time_limit, [(pr["makespan"], pr["verdict"], round(pr["seconds"], 1)) for pr in probes])
-    ctx.spend(sum(pr["work"] for pr in probes) if ctx.deterministic else 0.0, wall_capped=any(pr["wall_capped"] for pr in probes))
+    ctx.spend(sum(pr["work"] for pr in probes), wall_capped=any(pr["wall_capped"] for pr in probes))
     return max(bound, proven), {"probes": len(probes)}
