@@ -98,15 +98,52 @@ def test_local_search_asks_the_clock_inside_a_round(monkeypatch):
     assert len(runs) <= 3 * placement_local._ASK_EVERY + 2
 
 
-def test_segment_proofs_build_no_decision_model_after_the_stop():
+@pytest.mark.parametrize("parallel", [False, True])
+def test_segment_proofs_build_no_decision_model_after_the_stop(parallel):
     p = _transformer(4)
     nodes = max(segments(p), key=len)
     i = segments(p).index(nodes)
     sub = subproblem(p, nodes, instant=(nodes[0],) if i > 0 else ())
     t0 = time.perf_counter()
-    bound, probes = segment_proof_bound(sub, 10 * sub.lower_bound_ticks(), SolverSettings(time_limit=5.0, stop=_stopped()), probes=4)
+    bound, probes = segment_proof_bound(sub, 10 * sub.lower_bound_ticks(), SolverSettings(time_limit=5.0, stop=_stopped()), probes=4,
+                                        parallel=parallel)
     assert probes == [] and bound == sub.lower_bound_ticks()
     assert time.perf_counter() - t0 < 2.5
+
+
+def test_a_probes_two_cases_at_once_stop_each_other_and_on_the_callers_stop(monkeypatch):
+    # Fakes for the two CP-SAT runs: "wait" searches until it is stopped (then undecided).
+    import threading
+
+    from ortools.sat.python import cp_model
+
+    from incsched.solvers.cpsat import placement_segments as ps
+
+    def fake(model, settings, runs):
+        if model == "wait":
+            while not settings.stop.stopped:
+                time.sleep(0.01)
+            code = cp_model.UNKNOWN
+        elif model == "raise":
+            raise RuntimeError("boom")
+        else:
+            code = model
+        runs.append((False, 0.0))
+        return None, code
+
+    monkeypatch.setattr(ps, "_solve_decision", fake)
+    settings = SolverSettings(time_limit=60.0)
+    t0 = time.perf_counter()
+    assert ps._decide_both([cp_model.FEASIBLE, "wait"], settings, []) == "feasible"  # the open case stops the other
+    assert ps._decide_both([cp_model.INFEASIBLE, cp_model.INFEASIBLE], settings, []) == "infeasible"
+    assert ps._decide_both([cp_model.INFEASIBLE, cp_model.UNKNOWN], settings, []) == "unknown"
+    stop = StopSignal()
+    threading.Timer(0.2, stop.stop, args=("time",)).start()
+    runs: list = []
+    assert ps._decide_both(["wait", "wait"], SolverSettings(time_limit=60.0, stop=stop), runs) == "unknown" and len(runs) == 2
+    assert time.perf_counter() - t0 < 2.0
+    with pytest.raises(RuntimeError, match="boom"):  # a case that raised refutes nothing
+        ps._decide_both([cp_model.INFEASIBLE, "raise"], settings, [])
 
 
 def test_segment_proofs_keep_to_their_seconds():

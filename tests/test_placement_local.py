@@ -280,6 +280,9 @@ def test_segment_decision_on_identical_branches_and_twins():
     assert opt - 1 - lower > CLOSE_GAP * opt and probes[0]["makespan"] == lower + (opt - 1 - lower) // 3
     _, close = segment_proof_bound(p, opt, EXACT, lower=opt - 1 - int(CLOSE_GAP * opt))
     assert close[0]["makespan"] == opt - 1 and close[0]["verdict"] == "infeasible"
+    # the two exit cases at once (two workers): the same probes, the same verdicts
+    both, in_parallel = segment_proof_bound(p, opt, EXACT, parallel=True)
+    assert both == bound and [(pr["makespan"], pr["verdict"]) for pr in in_parallel] == [(pr["makespan"], pr["verdict"]) for pr in probes]
 
 
 @pytest.mark.slow  # solves cut by the wall clock

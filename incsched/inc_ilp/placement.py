@@ -684,14 +684,16 @@ def _segment_probes(ctx: Context, sub: PlacementProblem, makespan: int, bound: i
     earlier ones left (`segment_proof_bound`). Capped at an even part of ``work`` each (0.24
     deterministic s in a 60-s tblock2_d8), no probe of its 42-op MLP segments was decided, where
     the first takes 2.2-2.9 wall s to refute a third of the gap. With a work budget, each run
-    gets its even part, which keeps the run reproducible. One deterministic worker in either mode,
-    as the bound phase: with two, the same refutations took 1.8-2.6 times as long.
+    gets its even part, which keeps the run reproducible. One deterministic worker a run in either
+    mode, as the bound phase: with two, the same refutations took 1.8-2.6 times as long. With two
+    workers and no promise to repeat, a probe's two runs go at once instead.
     """
     runs = 2 * ctx.tuning.placement_proof_probes
     per_run = None if ctx.clock_is_budget else work * ctx.tuning.placement_proof_share / runs
     proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run, wall_share=share, deterministic=True), lower=bound,
                                          probes=ctx.tuning.placement_proof_probes,
-                                         seconds=share * ctx.time_limit if ctx.clock_is_budget else None)
+                                         seconds=share * ctx.time_limit if ctx.clock_is_budget else None,
+                                         parallel=not ctx.deterministic and ctx.workers > 1)
     log.debug("segment probes (%.1f s): %s", share * ctx.time_limit, [(pr["makespan"], pr["verdict"], round(pr["seconds"], 1)) for pr in probes])
     ctx.spend(sum(pr["work"] for pr in probes), wall_capped=any(pr["wall_capped"] for pr in probes))
     return max(bound, proven), {"probes": len(probes)}

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -20,7 +22,7 @@ from incsched.graph.dag import ancestor_matrix, find_root
 from incsched.problems import PlacementProblem
 from incsched.problems.decompose import subproblem
 
-from .. import SolverSettings
+from .. import SolverSettings, StopSignal
 from .params import make_solver, wall_cap, wall_capped
 from .placement import first_use_chain
 from .placement_queues import queue_bound
@@ -291,24 +293,79 @@ def segment_decision(problem: PlacementProblem, makespan: int, settings: SolverS
 
 
 def _decide(costs: _SegmentCosts, makespan: int, entry: int, exit_: int, offsets, settings: SolverSettings,
-            runs: list[tuple[bool, float]] | None = None, deadline: float | None = None) -> str:
-    """`segment_decision` once the shape is checked and the offsets known (bisection reuses both)."""
+            runs: list[tuple[bool, float]] | None = None, deadline: float | None = None, parallel: bool = False) -> str:
+    """`segment_decision` once the shape is checked and the offsets known (bisection reuses both).
+
+    ``parallel``: the two exit cases run at once, one worker each, and the first case that is not
+    refuted stops the other (the verdict is the same as in turn: both must be refuted)."""
     head, tail = offsets
+    models = []
     for exit_device in (0, 1):
         if _stopped(settings):
             return "unknown"
         model = _DecisionModel(costs, makespan, entry, exit_, exit_device, head, tail)
-        if model.infeasible:
-            continue
-        solver, code = _solve_decision(model.model, _until(settings, deadline), runs)
-        verdict = {cp_model.INFEASIBLE: "infeasible", cp_model.OPTIMAL: "feasible", cp_model.FEASIBLE: "feasible"}.get(code, "unknown")
+        if not model.infeasible:
+            models.append(model.model)
+    if parallel and len(models) == 2:
+        return _decide_both(models, _until(settings, deadline), runs)
+    for model in models:
+        solver, code = _solve_decision(model, _until(settings, deadline), runs)
+        verdict = _VERDICTS.get(code, "unknown")
         if verdict != "infeasible":
             return verdict  # an open case settles nothing: the other one need not be run
     return "infeasible"
 
 
+_VERDICTS = {cp_model.INFEASIBLE: "infeasible", cp_model.OPTIMAL: "feasible", cp_model.FEASIBLE: "feasible"}
+
+
+def _decide_both(models: list, settings: SolverSettings, runs: list[tuple[bool, float]] | None) -> str:
+    """Both exit cases in two threads (CP-SAT leaves the interpreter while it searches); a case
+    that is not refuted stops the other, and so do the caller's stop and Ctrl-C (as `StoppableSolver`:
+    recorded in the caller's stop, else raised again once both have stopped)."""
+    pair = StopSignal()
+    verdicts = ["unknown", "unknown"]  # a case that raised refutes nothing
+    own: list[list[tuple[bool, float]]] = [[], []]
+    errors: list[BaseException] = []
+    done = threading.Semaphore(0)  # not Thread.join: an interrupted join can leave is_alive() wrong
+
+    def case(i: int) -> None:
+        try:
+            _, code = _solve_decision(models[i], replace(settings, stop=pair), own[i])
+            verdicts[i] = _VERDICTS.get(code, "unknown")
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+        finally:
+            if verdicts[i] != "infeasible":
+                pair.stop("decided")
+            done.release()
+
+    interrupted, finished = False, 0
+    caller = settings.stop.watch(lambda: pair.stop(settings.stop.reason or "time")) if settings.stop is not None else nullcontext()
+    with caller:
+        for i in (0, 1):
+            threading.Thread(target=case, args=(i,), name="cp-sat-case", daemon=True).start()
+        while finished < 2:
+            try:
+                finished += done.acquire(timeout=0.2)
+            except KeyboardInterrupt:
+                interrupted = True
+                pair.stop("interrupted")
+                if settings.stop is not None:
+                    settings.stop.stop("interrupted")
+    if interrupted and settings.stop is None:
+        raise KeyboardInterrupt
+    if runs is not None:
+        runs.extend(own[0] + own[1])
+    if errors:
+        raise errors[0]
+    if verdicts == ["infeasible", "infeasible"]:
+        return "infeasible"
+    return "feasible" if "feasible" in verdicts else "unknown"
+
+
 def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverSettings, *, lower: int | None = None, probes: int = 12,
-                        seconds: float | None = None) -> tuple[int, list[dict]]:
+                        seconds: float | None = None, parallel: bool = False) -> tuple[int, list[dict]]:
     """The largest makespan bound `segment_decision` proves below ``upper``, by bisection.
 
     Parameters
@@ -330,6 +387,9 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
         per-run cap: a refutation needs about a second of wall time on a 42-58-op segment while
         an undecided probe runs to its limit, and caps of a tenth of a second each decided
         nothing (60-s runs on tblock2_d4: every probe undecided, the bound as before).
+    parallel : bool
+        Run each probe's two CP-SAT runs at once, one worker each (a caller with two cores and no
+        promise to repeat: which run stops the other, and so the work charged, depends on timing).
 
     Each probe tries the makespan a third of the way up the gap left; ``upper - 1`` comes first
     only when the gap is within `CLOSE_GAP` of ``upper`` (then the incumbent may well be optimal
@@ -362,7 +422,7 @@ def segment_proof_bound(problem: PlacementProblem, upper: int, settings: SolverS
     while lo <= hi and len(log_) < probes and not _stopped(settings) and (deadline is None or time.perf_counter() < deadline):
         t = hi if close and not log_ else lo + (hi - lo) // 3
         started, first = time.perf_counter(), len(runs) if log_ else 0
-        verdict = _decide(costs, t, shape[0], shape[1], offsets, settings, runs, deadline)
+        verdict = _decide(costs, t, shape[0], shape[1], offsets, settings, runs, deadline, parallel)
         log_.append({"makespan": t, "verdict": verdict, "seconds": time.perf_counter() - started,
                      "wall_capped": any(cut for cut, _ in runs[first:]), "work": sum(work for _, work in runs[first:])})
         if verdict == "infeasible":
