@@ -299,20 +299,26 @@ def _decide(costs: _SegmentCosts, makespan: int, entry: int, exit_: int, offsets
     ``parallel``: the two exit cases run at once, one worker each, and the first case that is not
     refuted stops the other (the verdict is the same as in turn: both must be refuted)."""
     head, tail = offsets
-    models = []
+    waiting = []  # with ``parallel``, the cases built: both run at once below
     for exit_device in (0, 1):
         if _stopped(settings):
             return "unknown"
         model = _DecisionModel(costs, makespan, entry, exit_, exit_device, head, tail)
-        if not model.infeasible:
-            models.append(model.model)
-    if parallel and len(models) == 2:
-        return _decide_both(models, _until(settings, deadline), runs)
-    for model in models:
-        solver, code = _solve_decision(model, _until(settings, deadline), runs)
+        if model.infeasible:
+            continue
+        if parallel:
+            waiting.append(model.model)
+            continue
+        # in turn, each built only when needed: an open case settles nothing, the other need not be run
+        _, code = _solve_decision(model.model, _until(settings, deadline), runs)
         verdict = _VERDICTS.get(code, "unknown")
         if verdict != "infeasible":
-            return verdict  # an open case settles nothing: the other one need not be run
+            return verdict
+    if len(waiting) == 2:
+        return _decide_both(waiting, _until(settings, deadline), runs)
+    if waiting:  # one case left: nothing to run beside it
+        _, code = _solve_decision(waiting[0], _until(settings, deadline), runs)
+        return _VERDICTS.get(code, "unknown")
     return "infeasible"
 
 
