@@ -204,19 +204,41 @@ def test_segment_probes_are_capped_by_the_clock_alone_where_it_is_the_budget(mon
     def spy(sub, upper, settings_, **kw):
         bound, probes = real(sub, upper, settings_, **kw)
         seen.append((settings_.time_limit, kw["seconds"], probes))
+        counts.append(kw["probes"])
         return bound, probes
 
+    counts = []
     monkeypatch.setattr(placement, "segment_proof_bound", spy)
     p = transformer_problem(heads=2, ffn_tiles=2)
-    tuning = Tuning(placement_probe_seconds_per_node=0.0, placement_search_linearization=1, placement_moves_share=0.0)
+    tuning = Tuning(placement_probe_seconds_per_node=0.0, placement_search_linearization=1, placement_moves_share=0.0,
+                    placement_proof_probes=3, placement_proof_probes_clock=7)
     solve(p, "inc-ilp", time_limit=6.0, tuning=tuning)  # 3 s reached no probe on a loaded machine
     assert seen and all(limit == float("inf") and 0 < seconds <= 6.0 for limit, seconds, _ in seen)
-    seen.clear()
+    # the clock alone ends the probes: the count only stops a segment whose probes keep being decided
+    assert set(counts) == {7}
+    seen.clear(), counts.clear()
     r = solve(p, "inc-ilp", time_limit=60.0, work_limit=0.1, tuning=tuning)
     assert seen and all(limit < 1.0 and seconds is None for limit, seconds, _ in seen)
+    assert set(counts) == {3}  # each run an even part of the segment's proof share: 2 x 3 runs
     # each probe reports the deterministic seconds it used, which the run is charged
     assert all(pr["work"] >= 0 for *_, probes in seen for pr in probes) and any(pr["work"] > 0 for *_, probes in seen for pr in probes)
     assert r.reproducible
+
+
+def test_probes_pass_sizes_its_end_with_each_segments_setup():
+    # Sized at the least times alone, a 60-s tblock2_d8's first MLP took its 4.4 s with the
+    # offsets' solves, and the second was left 4.0 s of its 4.2: no probe.
+    import types
+
+    import incsched.inc_ilp.placement as placement
+
+    ctx = types.SimpleNamespace(tuning=Tuning(placement_probe_seconds_per_node=0.1, placement_probe_setup_seconds=0.5,
+                                              placement_probe_wall_share=0.7),
+                                elapsed=lambda: 10.0, wall_left=lambda: 50.0)
+    assert placement._probes_end(ctx, None, [42, 42]) is None  # a work budget: no wall end
+    assert placement._probes_end(ctx, 11.0, [42, 42]) == pytest.approx(10.0 + 2 * (4.2 + 0.5))
+    assert placement._probes_end(ctx, 30.0, [42, 42]) == 30.0  # the phase's own end is later
+    assert placement._probes_end(ctx, 11.0, [42] * 20) == pytest.approx(10.0 + 0.7 * 50.0)  # at most its wall share
 
 
 def test_proof_side_runs_one_deterministic_worker_in_either_mode(monkeypatch):

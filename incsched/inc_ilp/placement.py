@@ -563,6 +563,7 @@ def segments(ctx: Context) -> None:
                     if end is not None:  # at least the minimum, while the pass has it
                         least, left = t.placement_probe_seconds_per_node * len(unique[key][0]), end - ctx.elapsed()
                         if left < least:
+                            log.debug("segment of %d ops not probed: %.1f s left of the pass, %.1f s needed", len(unique[key][0]), left, least)
                             continue
                         share = min(left, max(share * ctx.time_limit, least)) / ctx.time_limit
                     bound, more = _segment_probes(ctx, unique[key][1], info["objective"], bound, work[key], share)
@@ -582,10 +583,12 @@ def _probes_end(ctx: Context, phase_end: float | None, sizes: list[int]) -> floa
     later where the segments to probe need more for their least times, up to
     `Tuning.placement_probe_wall_share` of the run's wall seconds left (the rounds after the
     segments get the rest: on the transformer blocks at 60 s they shortened the makespan by
-    0-0.4 %, where a refuted probe raised the bound by 0.6-1 %)."""
+    0-0.4 %, where a refuted probe raised the bound by 0.6-1 %). Each segment's need is its least
+    time and `Tuning.placement_probe_setup_seconds`, the offsets' solves and models the probes'
+    wall cap includes."""
     if phase_end is None:
         return None
-    need = ctx.tuning.placement_probe_seconds_per_node * sum(sizes)
+    need = ctx.tuning.placement_probe_seconds_per_node * sum(sizes) + ctx.tuning.placement_probe_setup_seconds * len(sizes)
     return max(phase_end, ctx.elapsed() + min(need, ctx.tuning.placement_probe_wall_share * ctx.wall_left()))
 
 
@@ -688,10 +691,11 @@ def _segment_probes(ctx: Context, sub: PlacementProblem, makespan: int, bound: i
     mode, as the bound phase: with two, the same refutations took 1.8-2.6 times as long. With two
     workers and no promise to repeat, a probe's two runs go at once instead.
     """
-    runs = 2 * ctx.tuning.placement_proof_probes
-    per_run = None if ctx.clock_is_budget else work * ctx.tuning.placement_proof_share / runs
+    t = ctx.tuning
+    count = t.placement_proof_probes_clock if ctx.clock_is_budget else t.placement_proof_probes
+    per_run = None if ctx.clock_is_budget else work * t.placement_proof_share / (2 * count)
     proven, probes = segment_proof_bound(sub, makespan, ctx.settings(per_run, wall_share=share, deterministic=True), lower=bound,
-                                         probes=ctx.tuning.placement_proof_probes,
+                                         probes=count,
                                          seconds=share * ctx.time_limit if ctx.clock_is_budget else None,
                                          parallel=not ctx.deterministic and ctx.workers > 1)
     log.debug("segment probes (%.1f s): %s", share * ctx.time_limit, [(pr["makespan"], pr["verdict"], round(pr["seconds"], 1)) for pr in probes])

@@ -192,10 +192,13 @@ class Tuning:
     placement_segment_share: float = 0.75
     placement_relaxation_work: float = 2.0
     #: Refuting short makespans of a segment gets at most this many bisection probes of two runs
-    #: each; with a work budget, each run an even part of this share of the segment's work (where
-    #: the clock is the budget, the probes pass's wall seconds bound them instead).
+    #: each; with a work budget, each run an even part of this share of the segment's work.
     placement_proof_share: float = 0.2
     placement_proof_probes: int = 4
+    #: Where the clock is the budget, the probes pass's wall seconds bound them instead and the
+    #: count only stops a segment whose probes keep being decided: 4 of 4 refuted on both MLP
+    #: segments of a 60-s tblock2_d8 with 2 workers (bound 484,432); with 8, 6 and 5 (486,352).
+    placement_proof_probes_clock: int = 12
     #: Where the clock is the budget, a segment is probed only with at least this many wall seconds
     #: per node: on a 42-op MLP on 8 devices the decision model's offsets take about a second and
     #: refuting a third of the gap 2.2-2.9 s more (60-s tblock2_d8); with 0.04 (1.7 s) every probe
@@ -208,6 +211,10 @@ class Tuning:
     #: The probes pass may run past the segment phase's end until each segment to probe has had its
     #: least time, up to this share of the run's wall seconds then left (`_probes_end` in placement.py).
     placement_probe_wall_share: float = 0.7
+    #: ... with this much more for each segment's offsets and models: sized at its least time
+    #: alone, the pass gave a 60-s tblock2_d8's first MLP 4.4 s with them (one worker), which left
+    #: the second 4.0 s of its 4.2 and no probe.
+    placement_probe_setup_seconds: float = 0.5
     #: Where the clock is the budget: the share of the segment phase's wall seconds its search pass
     #: gets (the bounds pass has the rest); a segment's part of a pass (by size, of what the pass
     #: has left) goes to local search from the incumbent's schedule and to CP-SAT in these shares,
