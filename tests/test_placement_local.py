@@ -225,6 +225,29 @@ def test_segment_probes_are_capped_by_the_clock_alone_where_it_is_the_budget(mon
     assert r.reproducible
 
 
+def test_a_segments_hint_is_its_earlier_twins_placement_where_that_runs_shorter():
+    # Two blocks of a transformer give segments of one shape with other durations: the placement
+    # searched for the first is a placement of the second, and CP-SAT's hint where it runs shorter there.
+    import incsched.inc_ilp.placement as placement
+    from incsched.problems import Placement
+
+    p = transformer_problem(n_blocks=2, heads=4, ffn_tiles=2, jitter=0.1, seed=3)
+    big = [nodes for nodes in segments(p) if len(nodes) > 2]
+    subs = [subproblem(p, nodes, instant=(nodes[0],)) for nodes in big]
+    first, second = subs[0], next(sub for sub in subs[1:] if placement._shape(sub) == placement._shape(subs[0]))
+    assert first.signature() != second.signature()  # the same shape, other durations
+    assert placement._shape(subs[0]) != placement._shape(subs[1])  # attention and MLP differ
+    one_device = Placement(np.zeros(second.n_nodes, dtype=np.int64),
+                           (tuple(second.graph.topological_order().tolist()),) + ((),) * (second.n_devices - 1))
+    searched = local_search(first, 0, evaluations=300)
+    start, from_twin = placement._shorter_twin(second, one_device, searched)
+    assert from_twin and start.start is None and np.array_equal(start.device, searched.device)
+    assert simulate(second, start).makespan < simulate(second, one_device).makespan
+    # local search's answer stays where the twin's runs no shorter, and with no twin
+    assert placement._shorter_twin(second, start, one_device) == (start, False)
+    assert placement._shorter_twin(second, one_device, None) == (one_device, False)
+
+
 def test_probes_pass_sizes_its_end_with_each_segments_setup():
     # Sized at the least times alone, a 60-s tblock2_d8's first MLP took its 4.4 s with the
     # offsets' solves, and the second was left 4.0 s of its 4.2: no probe.
