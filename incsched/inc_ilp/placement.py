@@ -509,9 +509,11 @@ def segments(ctx: Context) -> None:
             else:
                 todo = [k for k in unique if k not in found]
                 pinned = None if identical else _pinned(own, [i for i, v in enumerate(nodes) if v in cuts])
+                shape = _shape(sub) if identical else None  # devices of several kinds: no twin (cut nodes pinned)
                 found[key] = _segment_search(ctx, sub, len(nodes), work[key], wall_share(key, todo, search_end), own, pinned,
-                                             twin=twins.get(_shape(sub)) if identical else None)
-                twins[_shape(sub)] = found[key][0]
+                                             twin=twins.get(shape))
+                if shape is not None:
+                    twins[shape] = found[key][0]
         glued = compose(p, [(nodes, found[key][0]) for nodes, key in zip(seg_nodes, keys)])
         ctx.improve(glued, ctx.check(glued), "segments")
         if not identical:
