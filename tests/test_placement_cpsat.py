@@ -223,30 +223,3 @@ def test_a_windows_split_disjunctives_keep_its_optimum(seed, monkeypatch):
     whole = solve_cpsat(p, FAST, window=window, hint=heft(p))
     assert out.status == whole.status == "optimal" and out.objective == whole.objective
     assert window.contains(p, out.assignment, np.asarray(out.info["cpsat_start"]))  # the solved starts; `start` is as executed
-
-
-def test_held_order_is_kept_and_replaces_the_held_nodes_disjunctive(monkeypatch):
-    # Held nodes in a given order: the model chains them (no NoOverlap of their own), keeps the
-    # order even where the reverse would run shorter, and the hint in that order is kept.
-    from incsched.solvers.cpsat import placement as model
-
-    p = _random_dag(30, seed=5, D=3)
-    sched = simulate(p, heft(p), "ordered")
-    window = _slice_window(p, 5)
-    free = window.allowed.sum(1) > 1
-    by_start = np.lexsort((np.arange(p.n_nodes), sched.start))
-    reverse = [[int(v) for v in by_start[::-1] if not free[v] and sched.device[v] == d] for d in range(3)]
-    forward = [seq[::-1] for seq in reverse]
-    groups = []
-    split = model._PlacementModel._disjunctive_groups
-    monkeypatch.setattr(model._PlacementModel, "_disjunctive_groups", lambda self, d: groups.append(split(self, d)) or groups[-1])
-    held = PlacementWindow(window.allowed, window.start_lo, window.start_hi, held_order=forward)
-    out = solve_cpsat(p, FAST, window=held, hint=heft(p))
-    assert out.status == "optimal" and held.contains(p, out.assignment, np.asarray(out.info["cpsat_start"]))
-    assert all(len(g) == 1 for g in groups)  # one NoOverlap a device: the free nodes and the held ones they may meet
-    assert out.objective <= sched.makespan
-    unordered = solve_cpsat(p, FAST, window=window, hint=heft(p))
-    assert unordered.objective <= out.objective  # a restriction of the window
-    # The reverse order contradicts the narrow start ranges: nothing fits.
-    flipped = solve_cpsat(p, FAST, window=PlacementWindow(window.allowed, window.start_lo, window.start_hi, held_order=reverse))
-    assert flipped.status == "infeasible"

@@ -198,22 +198,6 @@ def test_window():
         PlacementWindow(np.ones((3, 3), bool)).check(p)
 
 
-def test_window_held_order():
-    p = PlacementProblem.identical(chain3(), 2, time_unit=1.0)
-    dur = p.durations()[:, 0]
-    w = PlacementWindow(held_order=[[0, 2], []])
-    ends = np.array([0, int(dur[0]), int(dur[0] + dur[1])])
-    assert w.contains(p, np.array([0, 1, 0]), ends)
-    assert not w.contains(p, np.array([0, 1, 1]), ends)  # node 2 held on device 0
-    assert not w.contains(p, np.array([0, 1, 0]), np.array([int(dur[2]), 0, 0]))  # 2 before 0
-    with pytest.raises(PlacementError, match="held_order has 1 devices"):
-        PlacementWindow(held_order=[[0]]).check(p)
-    with pytest.raises(PlacementError, match="outside"):
-        PlacementWindow(held_order=[[0, 3], []]).check(p)
-    with pytest.raises(PlacementError, match="does not allow"):
-        PlacementWindow.from_devices([[1], [0, 1], [1]], 2, held_order=[[0], []]).check(p)
-
-
 def test_signature_ignores_names_and_sees_costs():
     def chain(names, secs, params):
         g = CompGraph(names, names[:-1], names[1:], out_bytes=[100] * len(names), param_bytes=params,

@@ -82,26 +82,3 @@ def test_ranked_windows_and_rounds_improve_and_repeat():
     assert r.objective <= min(v for v in incumbent["scores"].values() if v is not None)
     dumps = [json.dumps(x.to_json(timing=False), sort_keys=True) for x in runs]
     assert dumps[0] == dumps[1]
-
-
-def test_a_round_holds_its_held_ops_in_the_incumbents_order(ffnn4, monkeypatch):
-    # Every op a round holds keeps its device and its place in that device's order (the window's
-    # held_order), which the incumbent the round is hinted with satisfies.
-    from incsched.evaluate.simulate import simulate
-    from incsched.inc_ilp import placement as inc
-
-    seen = []
-    solve_cpsat = inc.solve_cpsat
-
-    def spy(problem, settings, window=None, hint=None, **kw):
-        if window is not None and window.held_order is not None:
-            seen.append((window, simulate(problem, hint, "ordered") if hint is not None else None))
-        return solve_cpsat(problem, settings, window=window, hint=hint, **kw)
-
-    monkeypatch.setattr(inc, "solve_cpsat", spy)
-    solve(ffnn4, "inc-ilp", time_limit=300, work_limit=0.5, deterministic=True)
-    assert seen
-    for window, hint in seen:
-        held = sorted(v for seq in window.held_order for v in seq)
-        assert held == np.flatnonzero(window.allowed.sum(1) == 1).tolist()  # every held op, and only those
-        assert hint is not None and window.contains(ffnn4, hint.device, hint.start)

@@ -402,20 +402,13 @@ def rounds(ctx: Context) -> None:
 def round_window(ctx: Context, sched: Schedule, free, devices=None) -> PlacementWindow:
     """One round's window around the best placement (executed as ``sched``): the ``free`` ops
     (bool [n]) may take ``devices`` (default any) and start within `Tuning.placement_round_slack`
-    of the makespan of their start; every other op keeps its device, its place in that device's
-    order (`PlacementWindow.held_order`) and starts within `Tuning.placement_round_fixed_slack` of
-    its own. The order is what the slack alone left open: on a 964-op FFNN (4 devices, ops much
-    shorter than the slack) no 24-op round closed in 1.8 deterministic s, where held in order they
-    closed in 0.00-0.07 and 90-s runs ended at 428,014 ticks against 432,549."""
+    of the makespan of their start; every other op keeps its device and starts within
+    `Tuning.placement_round_fixed_slack` of its own."""
     t = ctx.tuning
     free = np.asarray(free, dtype=bool)
     lo, hi = start_window(sched.start, max(int(t.placement_round_slack * ctx.best_value), 1))
     held_lo, held_hi = start_window(sched.start, int(t.placement_round_fixed_slack * ctx.best_value))
-    device = np.asarray(ctx.best.device)
-    by_start = np.lexsort((np.arange(len(free)), sched.start))
-    held_order = [[int(v) for v in by_start if not free[v] and device[v] == d] for d in range(ctx.problem.n_devices)]
-    return PlacementWindow(free_in(ctx.problem, device, free, devices), np.where(free, lo, held_lo), np.where(free, hi, held_hi),
-                           held_order=held_order)
+    return PlacementWindow(free_in(ctx.problem, ctx.best.device, free, devices), np.where(free, lo, held_lo), np.where(free, hi, held_hi))
 
 
 def _round_preferences(ctx: Context) -> np.ndarray | None:

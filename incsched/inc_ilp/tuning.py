@@ -150,10 +150,9 @@ class Tuning:
     placement_max_misses: int = 4
     placement_slice_nodes: int = 48
     placement_round_slack: float = 0.2
-    #: ... and the start slack of the ops a round holds on their devices, in their incumbent order
-    #: (`PlacementWindow.held_order`; at the freed ops' 0.2 no 24-op round on 200 ops closed in 0.3
-    #: deterministic seconds; at 0.02 most closed in 0.01-0.06 and improved as much; the order
-    #: itself is held since ops far shorter than the slack, on 964 ops, reordered and no round closed).
+    #: ... and the start slack of the ops a round holds on their devices: small enough that they
+    #: keep their order (at the freed ops' 0.2 no 24-op round on 200 ops closed in 0.3
+    #: deterministic seconds; at 0.02 most closed in 0.01-0.06 and improved as much).
     placement_round_fixed_slack: float = 0.02
     #: Rounds of each cycle that free the ops the policy is least sure of (with their data
     #: partners), and the ops each frees: 24 freed, the rest held, closed in 0.00-0.03

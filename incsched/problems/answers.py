@@ -162,9 +162,6 @@ class PlacementWindow:
         ``allowed[v, d]``: node v may run on device d. ``None`` allows every device.
     start_lo, start_hi : int array-like [n], optional
         Inclusive start-tick range per node; ``None`` for unbounded.
-    held_order : sequence of int sequences, optional
-        Per device, nodes that run on it in this order (each ends before the next starts): a
-        large-neighbourhood round keeps the ops it holds in their incumbent order.
 
     Raises
     ------
@@ -175,11 +172,8 @@ class PlacementWindow:
     allowed: np.ndarray | None = None
     start_lo: np.ndarray | None = None
     start_hi: np.ndarray | None = None
-    held_order: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self):
-        if self.held_order is not None:
-            object.__setattr__(self, "held_order", tuple(tuple(int(v) for v in seq) for seq in self.held_order))
         if self.allowed is not None:
             a = np.asarray(self.allowed, dtype=bool)
             if a.ndim != 2:
@@ -220,14 +214,6 @@ class PlacementWindow:
             v = getattr(self, key)
             if v is not None and v.shape != (n,):
                 raise PlacementError(f"window: {key} has {v.size} entries for {n} nodes")
-        if self.held_order is not None:
-            if len(self.held_order) != D:
-                raise PlacementError(f"window: held_order has {len(self.held_order)} devices, problem has {D}")
-            for d, seq in enumerate(self.held_order):
-                if any(not 0 <= v < n for v in seq):
-                    raise PlacementError(f"window: held_order of device {d} names a node outside 0..{n - 1}")
-                if self.allowed is not None and not all(self.allowed[v, d] for v in seq):
-                    raise PlacementError(f"window: held_order puts a node on device {d}, which the window does not allow it")
 
     def contains(self, problem: PlacementProblem, device: np.ndarray, start: np.ndarray | None = None) -> bool:
         """Whether an assignment (and start ticks, when given) lies inside the window."""
@@ -241,11 +227,4 @@ class PlacementWindow:
                 return False
             if self.start_hi is not None and np.any(start > self.start_hi):
                 return False
-            if self.held_order is not None:
-                dur = problem.durations()
-                for d, seq in enumerate(self.held_order):
-                    if any(device[v] != d for v in seq):
-                        return False
-                    if any(start[b] < start[a] + dur[a, d] for a, b in zip(seq, seq[1:])):
-                        return False
         return True

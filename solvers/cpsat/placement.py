@@ -321,8 +321,6 @@ class _PlacementModel:
             self.empty_domain = f"node {g.names[v]!r} has no feasible start in [{int(lo[v])}, {int(hi[v])}] within horizon {horizon}"
             return
         self.lo, self.hi = lo, hi
-        # per device, held nodes in their given order (`PlacementWindow.held_order`)
-        self.held_order = window.held_order if window is not None and window.held_order is not None else ((),) * D
         self.start, self.end = [], []
         self.x: list[dict[int, cp_model.IntVar]] = []
         self.intervals: list[list[cp_model.IntervalVar]] = [[] for _ in range(D)]
@@ -353,8 +351,6 @@ class _PlacementModel:
             if len(ivs) > 1:
                 for group in self._disjunctive_groups(d):
                     self.model.AddNoOverlap([ivs[i] for i in group])
-            for a, b in zip(self.held_order[d], self.held_order[d][1:]):
-                self.model.Add(self.start[b] >= self.end[a])
             cap = self.problem.devices[d].memory
             if cap is not None:
                 params = self.problem.graph.param_bytes
@@ -404,9 +400,6 @@ class _PlacementModel:
         if not pinned or not free:
             return [list(range(len(nodes)))]
         near = self._meeting([nodes[i] for i in free], [nodes[i] for i in pinned])
-        held = set(self.held_order[d])
-        if all(nodes[i] in held for i in pinned):  # their order is given: the chain keeps them apart
-            return [sorted(free + [i for i, meets in zip(pinned, near) if meets])]
         if near.all():
             return [list(range(len(nodes)))]
         return [pinned, sorted(free + [i for i, meets in zip(pinned, near) if meets])]
