@@ -188,38 +188,3 @@ def test_empty_and_single_node_graphs(n_devices):
     p = PlacementProblem.identical(g, n_devices, time_unit=1.0)
     out = solve_cpsat(p, FAST)
     assert out.status == "optimal" and out.objective == 3 and out.assignment.tolist() == [0]
-
-
-def _slice_window(p: PlacementProblem, seed: int) -> PlacementWindow:
-    """A round's window around HEFT's schedule: the middle third of the ops by start may take any
-    device and move 8 ticks either way; the rest keep their device and move 1 tick."""
-    sched = simulate(p, heft(p), "ordered")
-    order = np.argsort(sched.start, kind="stable")
-    free = np.zeros(p.n_nodes, dtype=bool)
-    free[order[p.n_nodes // 3: 2 * p.n_nodes // 3]] = True
-    allowed = np.where(free[:, None], True, np.eye(p.n_devices, dtype=bool)[sched.device])
-    slack = np.where(free, 8, 1)
-    return PlacementWindow(allowed, np.maximum(sched.start - slack, 0), sched.start + slack)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_windows_split_disjunctives_keep_its_optimum(seed, monkeypatch):
-    # Pinned nodes whose spans meet no free node's leave the free nodes' NoOverlap (and the
-    # cumulative): the same optimum as one NoOverlap a device over every node.
-    from incsched.solvers.cpsat import placement as model
-
-    p = _random_dag(36, seed=seed, D=3)
-    window = _slice_window(p, seed)
-    groups = []
-    split = model._PlacementModel._disjunctive_groups
-    monkeypatch.setattr(model._PlacementModel, "_disjunctive_groups", lambda self, d: groups.append(split(self, d)) or groups[-1])
-    out = solve_cpsat(p, FAST, window=window, hint=heft(p))
-    assert any(len(g) == 2 for g in groups)  # the split happened on some device
-    for g in groups:
-        if len(g) == 2:  # the pinned nodes, then the free ones with the pinned they may meet
-            assert len(g[1]) < len(g[0]) + len(g[1]) - len(set(g[0]) & set(g[1]))
-    monkeypatch.setattr(model._PlacementModel, "_disjunctive_groups", lambda self, d: [list(range(sum(d in xs for xs in self.x)))])
-    monkeypatch.setattr(model._PlacementModel, "_open_stretch", lambda self: list(range(len(self.x))))
-    whole = solve_cpsat(p, FAST, window=window, hint=heft(p))
-    assert out.status == whole.status == "optimal" and out.objective == whole.objective
-    assert window.contains(p, out.assignment, np.asarray(out.info["cpsat_start"]))  # the solved starts; `start` is as executed

@@ -320,7 +320,6 @@ class _PlacementModel:
             v = int(bad[0])
             self.empty_domain = f"node {g.names[v]!r} has no feasible start in [{int(lo[v])}, {int(hi[v])}] within horizon {horizon}"
             return
-        self.lo, self.hi = lo, hi
         self.start, self.end = [], []
         self.x: list[dict[int, cp_model.IntVar]] = []
         self.intervals: list[list[cp_model.IntervalVar]] = [[] for _ in range(D)]
@@ -349,8 +348,7 @@ class _PlacementModel:
         """One node at a time per device, and parameter memory within capacity."""
         for d, ivs in enumerate(self.intervals):
             if len(ivs) > 1:
-                for group in self._disjunctive_groups(d):
-                    self.model.AddNoOverlap([ivs[i] for i in group])
+                self.model.AddNoOverlap(ivs)
             cap = self.problem.devices[d].memory
             if cap is not None:
                 params = self.problem.graph.param_bytes
@@ -363,55 +361,6 @@ class _PlacementModel:
                 if sum(c for c, _ in terms) + sum(w.nbytes for w, _ in shared) > cap:
                     terms += [(w.nbytes, self._holds(w, d, readers)) for w, readers in shared]
                     self.model.Add(sum(c * lit for c, lit in terms) <= cap)
-
-    def spans(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per node, the earliest start and the latest end any solution can give it: the start
-        ranges pushed along the edges by the fastest durations (transfers left out: any edge may
-        be kept on one device)."""
-        if getattr(self, "_spans", None) is None:
-            g, dur = self.problem.graph, self.problem.durations()
-            dmin = self.bounds.dmin
-            dmax = np.where(self.allowed, dur, 0).max(axis=1)
-            est, lst = self.lo.astype(np.int64).copy(), self.hi.astype(np.int64).copy()
-            topo = g.topological_order().tolist()
-            for v in topo:
-                for u in g.predecessors(v).tolist():
-                    est[v] = max(est[v], est[u] + dmin[u])
-            for v in reversed(topo):
-                for w in g.successors(v).tolist():
-                    lst[v] = min(lst[v], lst[w] - dmin[v])
-            self._spans = (est, lst + dmax)
-        return self._spans
-
-    def _disjunctive_groups(self, d: int) -> list[list[int]]:
-        """The NoOverlap constraints of device ``d``, as index lists into its intervals.
-
-        In a window most nodes are pinned to one device with a narrow start range, and only the
-        freed ones may come to ``d``. A pinned node whose span meets no free node's span on ``d``
-        can clash only with other pinned nodes: one NoOverlap holds the pinned nodes, another the
-        free ones with the pinned nodes they may meet. The disjunctive propagators, which cost
-        most of a round's search (edge finding over every interval of the device at each
-        branch), then run over the freed stretch, not the whole device: a 57-op slice round of a
-        196-op FFNN on 4 devices searched twice as many deterministic seconds a wall second.
-        """
-        nodes = [v for v, xs in enumerate(self.x) if d in xs]
-        pinned = [i for i, v in enumerate(nodes) if len(self.x[v]) == 1]
-        free = [i for i, v in enumerate(nodes) if len(self.x[v]) > 1]
-        if not pinned or not free:
-            return [list(range(len(nodes)))]
-        near = self._meeting([nodes[i] for i in free], [nodes[i] for i in pinned])
-        if near.all():
-            return [list(range(len(nodes)))]
-        return [pinned, sorted(free + [i for i, meets in zip(pinned, near) if meets])]
-
-    def _meeting(self, free: list[int], others: list[int]) -> np.ndarray:
-        """bool per node of ``others``: whether its span meets some span of ``free`` (`spans`)."""
-        est, lend = self.spans()
-        by_start = np.argsort(est[free], kind="stable")
-        starts = est[free][by_start]
-        reach = np.maximum.accumulate(lend[free][by_start])  # furthest end among the spans starting no later
-        k = np.searchsorted(starts, lend[others], side="left") - 1  # the free spans starting before each end
-        return (k >= 0) & (reach[np.maximum(k, 0)] > est[others])
 
     def _holds(self, w, d: int, readers) -> cp_model.IntVar:
         """The literal "device d holds shared weight w": at least each reader's "on d".
@@ -477,21 +426,11 @@ class _PlacementModel:
         if D > 1 and self.end and np.all(dur == dur[:, :1]):
             # Identical durations: the nodes form one cumulative resource of D machines, whose
             # energy reasoning NoOverlap per device cannot see while devices are still open.
-            whole = [model.NewIntervalVar(self.start[v], int(dur[v, 0]), self.end[v], f"busy[{v}]") for v in self._open_stretch()]
+            whole = [model.NewIntervalVar(s, int(dur[v, 0]), e, f"busy[{v}]") for v, (s, e) in enumerate(zip(self.start, self.end))]
             model.AddCumulative(whole, [1] * len(whole), D)
         if D > 1 and self.end:
             # All devices together are busy no longer than D x makespan.
             model.Add(D * self.makespan >= sum(int(dur[v, d]) * lit for v, xs in enumerate(self.x) for d, lit in xs.items()))
-
-    def _open_stretch(self) -> list[int]:
-        """The nodes whose device is open, with the pinned ones whose spans meet theirs: the
-        cumulative's energy reasoning has nothing to add over the others, whose devices are set."""
-        free = [v for v, xs in enumerate(self.x) if len(xs) > 1]
-        pinned = [v for v, xs in enumerate(self.x) if len(xs) == 1]
-        if not free or not pinned:
-            return list(range(len(self.x)))
-        near = self._meeting(free, pinned)
-        return sorted(free + [v for v, meets in zip(pinned, near) if meets])
 
     def add_symmetry_breaking(self, groups) -> None:
         """Within each group of interchangeable devices, device j+1 is first used after device j (topological order)."""
